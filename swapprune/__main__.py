@@ -1,0 +1,5 @@
+import sys
+
+from swapprune.cli import main
+
+sys.exit(main())

