@@ -1,0 +1,48 @@
+"""Criteria turn hand-written scores into per-layer importance."""
+
+import numpy as np
+import pytest
+
+from swapprune import criteria
+from swapprune.errors import SwappruneError
+from swapprune.scores import ScoreResult
+
+
+def table(repl, inter):
+    """A ScoreResult whose adjacent pair (i, i+1) has the given constant distances."""
+    res = ScoreResult(meta={"num_layers": len(repl) + 1})
+    for i, (r, x) in enumerate(zip(repl, inter)):
+        res.pairs[(i, i + 1)] = {"repl_ij": np.full(4, r), "repl_ji": np.full(4, r / 2),
+                                 "inter": np.full(4, x)}
+    return res
+
+
+def test_removability_is_min_over_neighbours():
+    s = table([0.5, 0.1, 0.9, 0.3], [0.05, 0.4, 0.02, 0.2])
+    ctx = criteria.Context(num_layers=5, scores=s)
+    np.testing.assert_allclose(criteria.get("replacement").importance(ctx), [0.5, 0.1, 0.1, 0.3, 0.3])
+    np.testing.assert_allclose(criteria.get("interchange").importance(ctx), [0.05, 0.05, 0.02, 0.02, 0.2])
+
+
+def test_merge_partner_is_most_redundant_neighbour():
+    s = table([0.5, 0.1, 0.9, 0.3], [0.05, 0.4, 0.02, 0.2])
+    ctx = criteria.Context(num_layers=5, scores=s)
+    assert criteria.get("interchange").partner(ctx, 2) == 3
+    assert criteria.get("interchange").partner(ctx, 1) == 0
+    assert criteria.get("interchange").partner(ctx, 0) == 1
+
+
+def test_simple_baselines_and_registry():
+    ctx = criteria.Context(num_layers=6, seed=3)
+    r1 = criteria.get("random").importance(ctx)
+    assert np.array_equal(r1, criteria.get("random").importance(criteria.Context(6, seed=3)))
+    assert not np.array_equal(r1, criteria.get("random").importance(criteria.Context(6, seed=4)))
+    assert list(np.argsort(criteria.get("reverse").importance(ctx))) == [5, 4, 3, 2, 1, 0]
+    assert {"interchange", "replacement", "deletion", "bi", "angular", "sleb", "random", "reverse"} <= set(criteria.names())
+    with pytest.raises(SwappruneError, match="did you mean 'replacement'"):
+        criteria.get("replacment")
+
+
+def test_missing_scores_is_a_clear_error():
+    with pytest.raises(SwappruneError, match="interchange"):
+        criteria.get("interchange").importance(criteria.Context(num_layers=4))
