@@ -72,7 +72,7 @@ def cmd_score(a) -> int:
     out = Path(a.out)
     if out.is_dir():
         raise SwappruneError(f"--out {out} is a directory; give a file name like scores.json")
-    model, tok, src = load(_model_opts(a))
+    model, tok, src = load(_model_opts(a), not a.no_progress)
     from swapprune.architectures import decoder_stack
     from swapprune.protocols import parse_pairs
 

@@ -115,6 +115,7 @@ def load_model(
     device_map: str | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
+    progress: bool = True,
 ):
     """Load ``(model, tokenizer, source)``; the model is in eval mode.
 
@@ -125,8 +126,13 @@ def load_model(
         device_map: e.g. ``auto``: accelerate places (and offloads) the weights.
         trust_remote_code: allow model code from the hub (off unless asked).
         attn_implementation: passed to transformers (``eager``, ``sdpa``...).
+        progress: show transformers' loading progress bars.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()
 
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype, device or "cpu")

@@ -47,11 +47,12 @@ class PruneJob:
     command: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
-def load(opts: ModelOptions):
+def load(opts: ModelOptions, progress: bool = True):
     from swapprune.loading import load_model
 
     return load_model(opts.model, dtype=opts.dtype, device=opts.device,
-                      device_map=opts.device_map, trust_remote_code=opts.trust_remote_code)
+                      device_map=opts.device_map, trust_remote_code=opts.trust_remote_code,
+                      progress=progress)
 
 
 def save_dtype(name: str | None):
@@ -77,7 +78,7 @@ def run_prune(job: PruneJob) -> dict:
     scores = ScoreResult.load(job.scores) if job.scores else None
     dtype = save_dtype(job.save_dtype)
 
-    model, tokenizer, source = load(job.model)
+    model, tokenizer, source = load(job.model, job.calib.progress)
     L = decoder_stack(model).num_layers
     req.validate(L)
     if scores is not None and scores.num_layers != L:

@@ -1,0 +1,88 @@
+"""The command line end to end on a tiny saved model, and its bad-input contract."""
+
+import json
+
+import pytest
+from tiny_models import save_tiny
+from transformers import AutoModelForCausalLM
+
+from swapprune.cli import main
+
+FAST = ["--prompts", "4", "--tokens", "32", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny("qwen2", tmp_path_factory.mktemp("m") / "tiny-qwen2"))
+
+
+def test_prune_writes_a_checkpoint_that_loads(model_dir, tmp_path, capsys):
+    out = tmp_path / "pruned"
+    rc = main(["--model", model_dir, "--budget", "2", "--protocol", "interchange", "--output", str(out), *FAST])
+    assert rc == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert len(plan["kept"]) == 4 and len(plan["removed"]) == 2
+    assert (out / "scores.json").is_file() and (out / "mergekit.yaml").is_file()
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["selfcheck"]["generate_cache_equal"] is True
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.num_hidden_layers == 4
+    assert "checkpoint:" in capsys.readouterr().out
+
+    again = tmp_path / "again"
+    assert main(["apply", "--plan", str(out / "plan.json"), "--model", model_dir, "--output", str(again)]) == 0
+    assert json.loads((again / "plan.json").read_text())["kept"] == plan["kept"]
+
+
+def test_score_command(model_dir, tmp_path):
+    out = tmp_path / "scores.json"
+    assert main(["score", "--model", model_dir, "--out", str(out), "--pairs", "gap:2", *FAST]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["pairs"]) == 9 and data["calibration"]["prompts"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--budget", "0", "--protocol", "interchange"], "budget must be >= 1"),
+        (["--budget", "6", "--protocol", "interchange"], "every block"),
+        (["--budget", "4", "--protocol", "interchange"], "adjacent"),
+        (["--budget", "1", "--protocol", "interchang"], "did you mean 'interchange'"),
+        (["--budget", "1", "--strategy", "gredy"], "did you mean 'greedy'"),
+        (["--budget", "1", "--op", "merge", "--merge", "lacoo"], "did you mean 'laco'"),
+        (["--budget", "3", "--strategy", "spaced:3"], "impossible"),
+        (["--budget", "1", "--tokens", "100000"], "context"),
+    ],
+)
+def test_bad_prune_input_exits_2_and_writes_nothing(model_dir, tmp_path, capsys, args, message):
+    out = tmp_path / "out"
+    assert main(["--model", model_dir, "--output", str(out), *args, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("swapprune:")]
+    assert len(lines) == 1 and message in lines[0]
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_score_input(model_dir, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["score", "--model", model_dir, "--out", str(out), "--protocols", "swap"]) == 2
+    assert main(["score", "--model", model_dir, "--out", str(out), "--pairs", "3-9"]) == 2
+    assert main(["score", "--model", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_existing_output_needs_overwrite(model_dir, tmp_path, capsys):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["--model", model_dir, "--budget", "1", "--output", str(out), *FAST]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "interchange" in out and "greedy" in out and "laco" in out
