@@ -72,6 +72,21 @@ def _out_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-selfcheck", action="store_true", help="skip the reload/generate self-check")
 
 
+def model_opts_from(a):
+    """The :class:`~swapprune.pipeline.ModelOptions` of parsed ``_model_args``."""
+    from swapprune.pipeline import ModelOptions
+
+    return ModelOptions(a.model, a.dtype, a.device, a.device_map, a.trust_remote_code)
+
+
+def calib_opts_from(a):
+    """The :class:`~swapprune.pipeline.CalibOptions` of parsed ``_calib_args``."""
+    from swapprune.pipeline import CalibOptions
+
+    return CalibOptions(a.calib, a.prompts, a.tokens, a.seed, a.positions, a.batch_size,
+                        not a.no_progress)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swapprune", description="Protocol-aware layer pruning with swap-KL probes.",

@@ -19,17 +19,8 @@ def add_parsers(sub) -> None:
             pass
 
 
-def _model_opts(a):
-    from swapprune.pipeline import ModelOptions
-
-    return ModelOptions(a.model, a.dtype, a.device, a.device_map, a.trust_remote_code)
-
-
-def _calib_opts(a):
-    from swapprune.pipeline import CalibOptions
-
-    return CalibOptions(a.calib, a.prompts, a.tokens, a.seed, a.positions, a.batch_size,
-                        not a.no_progress)
+from swapprune.cli import calib_opts_from as _calib_opts  # noqa: E402
+from swapprune.cli import model_opts_from as _model_opts  # noqa: E402
 
 
 def cmd_prune(a) -> int:
@@ -135,9 +126,11 @@ def cmd_list(a) -> int:
         "merge rules (--merge)": MERGES.names(),
     }
     try:
-        from swapprune.evaluation import TASK_ALIASES
+        from swapprune.evaluation import ALIASES, NATIVE_TASKS, PACK_DIR
 
-        rows["evaluation tasks"] = sorted(TASK_ALIASES)
+        pack = sorted(p.stem for p in PACK_DIR.glob("*.yaml"))
+        rows["evaluation tasks"] = sorted(set(NATIVE_TASKS) | set(pack))
+        rows["task aliases"] = [f"{k}={v}" for k, v in sorted(ALIASES.items())]
     except ImportError:
         pass
     for k, v in rows.items():

@@ -257,9 +257,9 @@ def _rank_ci(rows, pairs, idx) -> dict:
 def regime(rows: list[dict]) -> dict:
     """The paper's decision rule, called on adjacent pairs (all scored pairs if none).
 
-    ``divergent``: replacement high, interchange low (median I/R < 0.7): prefer
-    interchange-guided selection. ``tie-like``: I/R near 1 with low distances:
-    either protocol. ``both-high``: interchange itself >= 0.10: swap scores alone
+    ``divergent``: replacement not small (median d_repl >= 0.05) and interchange
+    well below it (median I/R < 0.7): prefer interchange-guided selection.
+    ``tie-like``: both low, or I/R near 1: either protocol. ``both-high``: interchange itself >= 0.10: swap scores alone
     are weak.
     """
     adj = [r for r in rows if r["gap"] == 1] or rows
@@ -269,10 +269,11 @@ def regime(rows: list[dict]) -> dict:
     ir = float(np.median(irs)) if irs else float("nan")
     if d_i >= CONDITIONAL:
         call, advice = "both-high", "swap scores alone are weak; add calibration data or another signal"
-    elif ir < DIVERGENT_IR:
+    elif ir < DIVERGENT_IR and d_r >= STRONG:
         call, advice = "divergent", "prefer interchange-guided selection"
     else:
         call, advice = "tie-like", "either protocol; a calibrated iterative method (sleb) may win at larger budgets"
     return {"call": call, "advice": advice, "pairs_used": len(adj),
             "median_replacement": d_r, "median_interchange": d_i, "median_ir": _f(ir),
-            "thresholds": {"high": CONDITIONAL, "divergent_ir": DIVERGENT_IR}}
+            "thresholds": {"high": CONDITIONAL, "repl_floor": STRONG, "divergent_ir": DIVERGENT_IR},
+            "note": "bands calibrated by the paper on last-position KL"}

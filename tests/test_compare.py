@@ -1,0 +1,66 @@
+"""swapprune compare on a tiny model: schema, verdicts, cache."""
+
+import json
+
+import pytest
+from tiny_models import save_tiny
+
+from swapprune.cli import main
+
+ARGS = ["--prompts", "4", "--tokens", "32", "--no-progress", "--words", "150", "--max-length", "64",
+        "--random-seeds", "0,1"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    model_dir = str(save_tiny("llama", tmp_path_factory.mktemp("m") / "tiny"))
+    out = tmp_path_factory.mktemp("cmp") / "cmp"
+    cmd = ["compare", "--model", model_dir, "--budgets", "1,2", "--out", str(out),
+           "--protocols", "interchange,replacement,reverse,random", *ARGS]
+    assert main(cmd) == 0
+    return cmd, out
+
+
+def test_results_schema(run):
+    _, out = run
+    res = json.loads((out / "results.json").read_text())
+    assert res["schema"] == "swapprune.compare/1"
+    assert res["primary"] == {"task": "swapprune_wikitext2_ppl", "metric": "perplexity"}
+    assert [b["budget"] for b in res["budgets"]] == [1, 2]
+    for entry in res["budgets"]:
+        assert set(entry["methods"]) == {"interchange", "replacement", "reverse", "random:0", "random:1"}
+        for m in entry["methods"].values():
+            assert len(m["removed"]) == entry["budget"]
+            lo, hi = m["cost_pct_ci"]
+            assert lo <= m["cost_pct"] <= hi
+        pairs = {(c["a"], c["b"]) for c in entry["comparisons"]}
+        assert ("interchange", "replacement") in pairs
+        for c in entry["comparisons"]:
+            if c["same_layers"]:
+                assert c["verdict"].startswith("same layers")
+            else:
+                lo, hi = c["difference"]["ci"]
+                assert (c["verdict"] == "tie") == (lo <= 0 <= hi)
+    assert (out / "results.md").read_text().count("| 2 |") >= 5
+    for png in ("cost_vs_budget.png", "distance_heatmaps.png", "ir_along_depth.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_cached_rerun_evaluates_nothing(run, monkeypatch):
+    cmd, out = run
+    import swapprune.evaluation as ev
+
+    def boom(*a, **k):
+        raise AssertionError("a cached rerun evaluated a model")
+
+    monkeypatch.setattr(ev, "evaluate", boom)
+    before = sorted(p.name for p in (out / "cache").iterdir())
+    assert main(cmd) == 0
+    assert sorted(p.name for p in (out / "cache").iterdir()) == before
+
+
+def test_unknown_task_fails_before_loading(tmp_path, capsys):
+    assert main(["compare", "--model", str(tmp_path / "nope"), "--budgets", "1", "--tasks", "wikitext2_pl",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
