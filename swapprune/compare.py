@@ -84,6 +84,7 @@ def run_compare(job: CompareJob) -> dict:
     from swapprune.architectures import decoder_stack
     from swapprune.calibration import load_calibration
     from swapprune.evaluation import EvalResult, evaluate, resolve_tasks
+    from swapprune.plan import PrunePlan
     from swapprune.pruning import PruneRequest, plan_pruning
     from swapprune.scores import ScoreResult
     from swapprune.scoring import score
@@ -134,6 +135,8 @@ def run_compare(job: CompareJob) -> dict:
     base, base_s = evaluated(list(range(L)), {}, model)
     bar.update()
     cells: dict[int, dict[str, dict]] = {}
+    orders: dict[str, list[int]] = {}
+    orders_meta: dict[str, dict] = {}
     for budget in job.budgets:
         for label, _crit, _seed in runs:
             bar.set_postfix_str(f"n={budget} {label}")
@@ -143,13 +146,24 @@ def run_compare(job: CompareJob) -> dict:
             pf = cache / f"plan-{_key(pkey)}.json"
             t = time.perf_counter()
             if pf.exists():
-                from swapprune.plan import PrunePlan
-
                 plan = PrunePlan.from_json(pf)
+            elif label in orders:
+                # An iterative selection at budget n is the first n removals of a larger one.
+                plan = PrunePlan.from_removal(
+                    L, orders[label][:budget], **{**orders_meta[label], "budget": budget})
+                plan.to_json(pf)
             else:
+                if (req.strategy or criteria.get(req.protocol).default_strategy) == "iterative":
+                    req = PruneRequest(**{**asdict(req), "budget": max(job.budgets)})
                 plan, _ = plan_pruning(model, tok, req, scores=scores, calibration=calibration,
                                        positions=c.positions, batch_size=c.batch_size,
                                        model_id=src.id, progress=False)
+                if "order" in plan.scores:
+                    orders[label] = plan.scores["order"]
+                    orders_meta[label] = dict(protocol=plan.protocol, strategy=plan.strategy,
+                                              model=plan.model, scores=plan.scores)
+                    plan = PrunePlan.from_removal(
+                        L, orders[label][:budget], **{**orders_meta[label], "budget": budget})
                 plan.to_json(pf)
             select_s = time.perf_counter() - t
             with variant(model, plan) as m:

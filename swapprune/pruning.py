@@ -129,6 +129,8 @@ def plan_pruning(
         budget=request.budget, protocol=crit.name, strategy=request.strategy or crit.default_strategy,
         model=model_id or "", scores={"importance": [_num(x) for x in importance]},
     )
+    if getattr(strategy, "order", None) is not None:
+        meta["scores"]["order"] = strategy.order
     if oracle is not None:
         meta["scores"]["oracle_calls"] = oracle.calls
         meta["scores"]["oracle_metric"] = oracle.metric

@@ -226,6 +226,7 @@ class Iterative(Strategy):
             removed.append(_order(imp, left)[0])
             if len(removed) < budget:
                 imp = rescore(sorted(removed))
+        self.order = list(removed)  # removal order: budget n's set is the first n of it
         return sorted(removed)
 
 

@@ -64,3 +64,24 @@ def test_unknown_task_fails_before_loading(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 2
     assert "did you mean" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_iterative_methods_are_selected_once(tmp_path, monkeypatch):
+    import swapprune.pruning as pruning
+
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    calls = []
+    real = pruning.plan_pruning
+
+    def counting(model, tok, req, **kw):
+        calls.append(req.budget)
+        return real(model, tok, req, **kw)
+
+    monkeypatch.setattr(pruning, "plan_pruning", counting)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--model", model_dir, "--budgets", "1,2,3", "--out", str(out),
+                 "--protocols", "sleb", *ARGS]) == 0
+    assert calls == [3]
+    res = json.loads((out / "results.json").read_text())
+    removed = [b["methods"]["sleb"]["removed"] for b in res["budgets"]]
+    assert set(removed[0]) < set(removed[1]) < set(removed[2])
