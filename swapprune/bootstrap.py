@@ -1,0 +1,235 @@
+"""Seeded percentile bootstrap for evaluation metrics (pure numpy).
+
+Every metric here is a statistic of per-unit values: windows for sliding-window
+perplexity, documents for document-level perplexity, examples for accuracy.
+Resampling units (not tokens) keeps the dependence between tokens of one unit
+inside the resample, which is what makes the intervals honest.
+
+Units are arrays of shape ``[n]`` or ``[n, k]`` (``k`` columns per unit, e.g.
+``(nll_sum, n_tokens)``). A statistic maps a batch of resamples ``[B, n, k]`` to
+``[B]``; named statistics cover the metrics swapprune reports. Resampling is
+vectorised with an index matrix ``[n_boot, n]``, evaluated in row blocks so
+memory stays bounded on large tasks.
+
+A paired comparison resamples the *same* unit indices for both methods, so the
+between-unit variance that both share cancels: two identical models always tie,
+and small but consistent differences are detected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+N_BOOT = 1000
+LEVEL = 0.95
+SEED = 0
+# Upper bound on resampled elements held at once (rows x units x columns).
+_BLOCK_ELEMENTS = 4_000_000
+
+Statistic = Callable[[np.ndarray], np.ndarray]
+
+
+def _ratio(x: np.ndarray) -> np.ndarray:
+    return x[..., 0].sum(axis=-1) / x[..., 1].sum(axis=-1)
+
+
+STATISTICS: dict[str, Statistic] = {
+    # Mean of column 0: accuracy and other per-example scores.
+    "mean": lambda x: x[..., 0].mean(axis=-1),
+    # sum(col 0) / sum(col 1): e.g. NLL per token.
+    "ratio": _ratio,
+    # exp(sum nll / sum tokens): token-weighted perplexity.
+    "ppl": lambda x: np.exp(_ratio(x)),
+    # sum nll (nats) / sum bytes, in bits: lm-eval's bits_per_byte.
+    "bits": lambda x: _ratio(x) / np.log(2.0),
+    # exp(-mean loglikelihood): lm-eval's per-example "perplexity" aggregation.
+    "exp_neg_mean": lambda x: np.exp(-x[..., 0].mean(axis=-1)),
+}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its percentile-bootstrap confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float = LEVEL
+    n_boot: int = N_BOOT
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Method ``b`` against method ``a`` on the same units.
+
+    Attributes:
+        a: Statistic of ``a`` on all units.
+        b: Statistic of ``b`` on all units.
+        difference: ``b - a`` with its CI (same resampled units for both).
+        ratio: ``b / a`` with its CI.
+        n_units: Number of paired units.
+    """
+
+    a: float
+    b: float
+    difference: Interval
+    ratio: Interval
+    n_units: int
+
+
+def _as_units(values) -> np.ndarray:
+    """Return ``values`` as a float64 ``[n, k]`` array."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"units must be a non-empty [n] or [n, k] array, got shape {x.shape}")
+    return x
+
+
+def _statistic(statistic: str | Statistic) -> Statistic:
+    if callable(statistic):
+        return statistic
+    try:
+        return STATISTICS[statistic]
+    except KeyError:
+        raise ValueError(f"unknown statistic {statistic!r}; known: {sorted(STATISTICS)}") from None
+
+
+def resample_indices(n: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
+    """Return the ``[n_boot, n]`` matrix of unit indices drawn with replacement."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def _boot(units: list[np.ndarray], stat: Statistic, n_boot: int, seed: int) -> list[np.ndarray]:
+    """Bootstrap replicates of ``stat`` for each array in ``units``, sharing indices."""
+    n, k = units[0].shape
+    idx = resample_indices(n, n_boot, seed)
+    rows = max(1, _BLOCK_ELEMENTS // (n * k))
+    out = [np.empty(n_boot) for _ in units]
+    for start in range(0, n_boot, rows):
+        block = idx[start : start + rows]
+        for o, u in zip(out, units, strict=True):
+            o[start : start + len(block)] = stat(u[block])
+    return out
+
+
+def _interval(estimate: float, reps: np.ndarray, level: float, n_boot: int) -> Interval:
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(reps, [tail, 100 - tail])
+    return Interval(float(estimate), float(low), float(high), level, n_boot)
+
+
+def ci_of_statistic(
+    units,
+    statistic: str | Statistic,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> Interval:
+    """Percentile-bootstrap CI of ``statistic`` over units.
+
+    Args:
+        units: Per-unit values, ``[n]`` or ``[n, k]``.
+        statistic: A name from :data:`STATISTICS` or a callable mapping
+            ``[B, n, k]`` resamples to ``[B]``.
+        n_boot: Number of resamples.
+        level: Confidence level.
+        seed: Seed of the resampling generator.
+
+    Returns:
+        The statistic on all units and its interval.
+    """
+    x = _as_units(units)
+    stat = _statistic(statistic)
+    (reps,) = _boot([x], stat, n_boot, seed)
+    return _interval(stat(x[None])[0], reps, level, n_boot)
+
+
+def ci_mean(values, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED) -> Interval:
+    """CI of the mean of per-unit values (e.g. 0/1 correctness)."""
+    return ci_of_statistic(values, "mean", n_boot, level, seed)
+
+
+def ci_ppl(
+    nll_sums, counts, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED
+) -> Interval:
+    """CI of ``exp(sum nll / sum tokens)``, resampling whole windows or documents.
+
+    Args:
+        nll_sums: Summed negative log-likelihood (nats) of each unit.
+        counts: Number of scored tokens (or words, bytes) of each unit.
+        n_boot: Number of resamples.
+        level: Confidence level.
+        seed: Seed of the resampling generator.
+    """
+    return ci_of_statistic(np.column_stack([nll_sums, counts]), "ppl", n_boot, level, seed)
+
+
+def paired_difference(
+    a_units,
+    b_units,
+    statistic: str | Statistic,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> PairedComparison:
+    """Paired bootstrap of ``statistic(b) - statistic(a)`` and ``statistic(b) / statistic(a)``.
+
+    Unit ``i`` of ``a`` and unit ``i`` of ``b`` must be the same window, document
+    or example; each resample draws one index set and applies it to both.
+
+    Args:
+        a_units: Per-unit values of method ``a``, ``[n]`` or ``[n, k]``.
+        b_units: Per-unit values of method ``b``, same shape.
+        statistic: A name from :data:`STATISTICS` or a vectorised callable.
+        n_boot: Number of resamples.
+        level: Confidence level.
+        seed: Seed of the resampling generator.
+    """
+    a, b = _as_units(a_units), _as_units(b_units)
+    if a.shape != b.shape:
+        raise ValueError(f"paired units differ in shape: {a.shape} vs {b.shape}")
+    stat = _statistic(statistic)
+    ra, rb = _boot([a, b], stat, n_boot, seed)
+    sa, sb = float(stat(a[None])[0]), float(stat(b[None])[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio_est = sb / sa if sa != 0 else float("nan")
+        ratio_reps = rb / ra
+    return PairedComparison(
+        a=sa,
+        b=sb,
+        difference=_interval(sb - sa, rb - ra, level, n_boot),
+        ratio=_interval(ratio_est, ratio_reps, level, n_boot),
+        n_units=a.shape[0],
+    )
+
+
+def verdict(
+    comparison: PairedComparison, higher_is_better: bool, names: tuple[str, str] = ("a", "b")
+) -> str:
+    """Say which method is better, or ``"tie"``.
+
+    A tie is declared when the CI of the difference includes zero. Otherwise the
+    factor is better/worse for higher-is-better metrics and worse/better for
+    lower-is-better ones, so it is always >= 1.
+
+    Args:
+        comparison: Result of :func:`paired_difference`.
+        higher_is_better: Direction of the metric (False for perplexity).
+        names: Display names of methods ``a`` and ``b``.
+
+    Returns:
+        ``"tie"`` or e.g. ``"b better by 1.23x"``.
+    """
+    d = comparison.difference
+    if d.low <= 0.0 <= d.high:
+        return "tie"
+    b_wins = (d.estimate > 0) == higher_is_better
+    better, worse = (comparison.b, comparison.a) if b_wins else (comparison.a, comparison.b)
+    num, den = (better, worse) if higher_is_better else (worse, better)
+    factor = num / den if den != 0 else float("inf")
+    return f"{names[1] if b_wins else names[0]} better by {factor:.3g}x"
