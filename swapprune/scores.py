@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
 
 SCHEMA = "swapprune.scores/1"
@@ -28,11 +29,6 @@ STRONG, CONDITIONAL = 0.05, 0.10
 # I/R below this on the median adjacent pair is called divergent (our choice:
 # the paper's divergent models sit at 0.21-0.55, its tie model at ~1.0).
 DIVERGENT_IR = 0.7
-
-
-def resample_index(n: int, n_boot: int, seed: int) -> np.ndarray:
-    """``[n_boot, n]`` bootstrap indices over windows, seeded."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
 def _ci(samples: np.ndarray) -> list[float]:
@@ -106,7 +102,7 @@ class ScoreResult:
     # -- serialisation -----------------------------------------------------
     def to_dict(self) -> dict:
         n = self.num_windows()
-        idx = resample_index(n, self.n_boot, self.seed) if n else None
+        idx = resample_indices(n, self.n_boot, self.seed) if n else None
         types = self.meta.get("layer_types") or ["full_attention"] * self.num_layers
         pair_rows = []
         for (i, j) in sorted(self.pairs):
