@@ -58,7 +58,8 @@ class ProbeEngine:
     Args:
         model: causal LM (unmodified).
         input_ids: ``[N, T]`` calibration windows.
-        positions: ``"last"`` or ``"all"``.
+        positions: ``"last"``, ``"all"``, or a tuple of both: each mode's KL comes
+            from the same forward passes (only the head rows differ).
         batch_size: windows per forward.
         cache_bytes: memory allowed for cached hidden states + base log-probs.
     """
@@ -67,21 +68,21 @@ class ProbeEngine:
         self,
         model: torch.nn.Module,
         input_ids: torch.Tensor,
-        positions: str = "last",
+        positions: str | tuple[str, ...] = "last",
         batch_size: int = 8,
         cache_bytes: float = 4e9,
     ):
         self.runner = PlanRunner(model)
         self.L = self.runner.num_layers
         self.input_ids = input_ids
-        self.positions = positions
+        self.modes = (positions,) if isinstance(positions, str) else tuple(positions)
         self.batch_size = batch_size
         n, t = input_ids.shape
         cfg = model.config
         hidden = getattr(cfg, "hidden_size", None) or cfg.n_embd
         vocab = model.get_output_embeddings().weight.shape[0]
         itemsize = next(model.parameters()).element_size()
-        rows = t if positions == "all" else 1
+        rows = t if "all" in self.modes else 1
         per_window = (self.L + 1) * t * hidden * itemsize + rows * vocab * 4
         self.bytes_per_window = per_window
         per_chunk = max(batch_size, int(cache_bytes // per_window) // batch_size * batch_size)
@@ -89,19 +90,20 @@ class ProbeEngine:
 
     def _measured(self, hidden: torch.Tensor) -> torch.Tensor:
         """Rows of ``hidden`` ``[B, T, H]`` where KL is measured -> ``[B, P, H]``."""
-        return hidden[:, -1:] if self.positions == "last" else hidden
+        return hidden if "all" in self.modes else hidden[:, -1:]
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self._measured(hidden)
         self.runner.stats.head_rows += h.shape[0] * h.shape[1]
         return self.runner.stack.head(h.to(self.runner.stack.model.get_output_embeddings().weight.device))
 
-    def _window_kl(self, base_logits: torch.Tensor, hidden: torch.Tensor) -> np.ndarray:
-        """Per-window KL ``[B]`` (mean over measured positions)."""
+    def _window_kl(self, base_logits: torch.Tensor, hidden: torch.Tensor) -> dict[str, np.ndarray]:
+        """Per-window KL ``[B]`` for each mode: the last position, or the mean over all."""
         logits = self._logits(hidden)
         b, p, v = logits.shape
         kl = kl_rows(base_logits.reshape(b * p, v), logits.reshape(b * p, v)).reshape(b, p)
-        return kl.mean(-1).cpu().numpy()
+        per_mode = {"last": kl[:, -1], "all": kl.mean(-1)}
+        return {m: per_mode[m].cpu().numpy() for m in self.modes}
 
     def unit_plans(self, unit: Unit, protocols: Sequence[str]) -> dict[str, tuple[int, ...]]:
         if unit.j is None:
@@ -113,12 +115,12 @@ class ProbeEngine:
         self,
         units: Sequence[Unit],
         protocols: Sequence[str],
-        on_unit_done: Callable[[Unit, dict[str, np.ndarray]], None],
+        on_unit_done: Callable[[Unit, dict[str, dict[str, np.ndarray]]], None],
         progress: Callable[[int], None] | None = None,
     ) -> None:
-        """Probe every unit; ``on_unit_done(unit, {plan_key: kl[N]})`` fires when complete."""
+        """Probe every unit; ``on_unit_done(unit, {mode: {plan_key: kl[N]}})`` fires when complete."""
         n = self.input_ids.shape[0]
-        values: dict[Unit, dict[str, np.ndarray]] = {}
+        values: dict[Unit, dict[str, dict[str, np.ndarray]]] = {}
         for c, (start, stop) in enumerate(self.chunks):
             caches, base_logits = [], []
             for s in range(start, stop, self.batch_size):
@@ -128,7 +130,8 @@ class ProbeEngine:
             for unit in units:
                 plans = self.unit_plans(unit, protocols)
                 keys = list(plans)
-                store = values.setdefault(unit, {k: np.full(n, math.nan) for k in keys})
+                store = values.setdefault(
+                    unit, {m: {k: np.full(n, math.nan) for k in keys} for m in self.modes})
                 for (s, cache), base in zip(caches, base_logits):
                     self._run_unit(plans, keys, cache, base, store, s)
                 if c == len(self.chunks) - 1:
@@ -140,5 +143,5 @@ class ProbeEngine:
     def _run_unit(self, plans, keys, cache: BatchCache, base_logits, store, offset):
         plan_list = [plans[k] for k in keys]
         for idx, final in self.runner.run_plans(plan_list, cache):
-            kl = self._window_kl(base_logits, final)
-            store[keys[idx]][offset : offset + len(kl)] = kl
+            for mode, kl in self._window_kl(base_logits, final).items():
+                store[mode][keys[idx]][offset : offset + len(kl)] = kl

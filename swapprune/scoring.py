@@ -17,7 +17,7 @@ import torch
 from swapprune import __version__
 from swapprune.architectures import decoder_stack
 from swapprune.calibration import Calibration, load_calibration
-from swapprune.errors import SwappruneError
+from swapprune.errors import SwappruneError, unknown_name
 from swapprune.probe import ProbeEngine, Unit
 from swapprune.protocols import PAIR_PROTOCOLS, parse_pairs, parse_protocols
 from swapprune.scores import ScoreResult
@@ -37,6 +37,31 @@ def score(
     model: torch.nn.Module,
     tokenizer=None,
     *,
+    positions: str = "last",
+    out: str | Path | None = None,
+    shard: tuple[int, int] = (0, 1),
+    **kwargs,
+) -> ScoreResult:
+    """Probe ``model`` and return its scores.
+
+    Args:
+        model: a causal LM (left unmodified).
+        tokenizer: needed unless ``calibration`` is given.
+        positions: ``last`` (the paper's convention) or ``all``.
+        out: JSON path, flushed as units finish; an existing compatible file is resumed.
+        shard: ``(rank, world)``: probe only this rank's share of the units.
+        **kwargs: see :func:`score_modes` (calibration, protocols, pairs, ...).
+    """
+    if positions not in POSITIONS:
+        raise unknown_name("positions mode", positions, POSITIONS)
+    return score_modes(model, tokenizer, modes=(positions,), out=out, shard=shard, **kwargs)[positions]
+
+
+def score_modes(
+    model: torch.nn.Module,
+    tokenizer=None,
+    *,
+    modes: Sequence[str] = ("last", "all"),
     calibration: Calibration | torch.Tensor | None = None,
     calib: str | None = None,
     prompts: int = 64,
@@ -44,7 +69,6 @@ def score(
     seed: int = 0,
     protocols: Sequence[str] | str = ("replacement", "interchange"),
     pairs: str | Sequence[tuple[int, int]] = "adjacent",
-    positions: str = "last",
     batch_size: int = 8,
     cache_gb: float = 4.0,
     n_boot: int = 1000,
@@ -52,31 +76,35 @@ def score(
     model_id: str | None = None,
     progress: bool = True,
     shard: tuple[int, int] = (0, 1),
-) -> ScoreResult:
-    """Probe ``model`` and return its scores.
+) -> dict[str, ScoreResult]:
+    """Probe ``model`` once and return one :class:`ScoreResult` per positions mode.
+
+    Both modes come from the same forward passes: only the LM-head rows differ.
 
     Args:
         model: a causal LM (left unmodified).
         tokenizer: needed unless ``calibration`` is given.
+        modes: positions modes to measure (``last``, ``all``).
         calibration: precomputed windows (a :class:`Calibration` or ``[N, T]`` ids).
         calib, prompts, tokens, seed: calibration source and size (see
             :func:`swapprune.calibration.load_calibration`).
         protocols: any of ``replacement``, ``interchange``, ``deletion``.
         pairs: ``adjacent`` | ``all`` | ``gap:K`` | ``"3-4,7-9"`` or explicit pairs.
-        positions: ``last`` (the paper's convention) or ``all``.
         batch_size: windows per forward pass.
         cache_gb: memory for cached hidden states; more windows are chunked.
         n_boot: bootstrap resamples for the CIs.
-        out: JSON path, flushed as units finish; an existing compatible file is resumed.
+        out: JSON path (single mode only), flushed as units finish and resumed.
         model_id: recorded as ``model`` in the output.
         progress: show a progress bar with an ETA.
         shard: ``(rank, world)``: probe only this rank's share of the units.
     """
     protocols = parse_protocols(protocols)
-    if positions not in POSITIONS:
-        from swapprune.errors import unknown_name
-
-        raise unknown_name("positions mode", positions, POSITIONS)
+    modes = tuple(modes)
+    for m in modes:
+        if m not in POSITIONS:
+            raise unknown_name("positions mode", m, POSITIONS)
+    if out is not None and len(modes) != 1:
+        raise ValueError("out= needs exactly one positions mode")
     stack = decoder_stack(model)
     L = stack.num_layers
     pair_list = parse_pairs(pairs, L) if isinstance(pairs, str) else [tuple(sorted(p)) for p in pairs]
@@ -90,7 +118,6 @@ def score(
         "model": model_id or getattr(model.config, "_name_or_path", "") or type(model).__name__,
         "model_type": model.config.model_type,
         "num_layers": L,
-        "positions": positions,
         "calibration": calibration.describe(),
         "dtype": str(param.dtype).replace("torch.", ""),
         "protocols": list(protocols),
@@ -98,27 +125,29 @@ def score(
         "block_classes": sorted(set(stack.block_classes())),
         "swapprune_version": __version__,
     }
-    result = ScoreResult(meta=meta, n_boot=n_boot, seed=seed)
+    results = {m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes}
     if out is not None and Path(out).exists():
-        _resume(result, Path(out))
+        _resume(results[modes[0]], Path(out))
+    first = results[modes[0]]
 
     pair_protocols = tuple(p for p in protocols if p in PAIR_PROTOCOLS)
-    units = [Unit(i, j) for i, j in pair_list if pair_protocols and (i, j) not in result.pairs]
+    units = [Unit(i, j) for i, j in pair_list if pair_protocols and (i, j) not in first.pairs]
     if "deletion" in protocols:
-        units += [Unit(i) for i in range(L) if i not in result.deletion]
+        units += [Unit(i) for i in range(L) if i not in first.deletion]
     rank, world = shard
     units = units[rank::world]
 
-    engine = ProbeEngine(model, calibration.input_ids, positions, batch_size, cache_gb * 1e9)
+    engine = ProbeEngine(model, calibration.input_ids, modes, batch_size, cache_gb * 1e9)
     start = time.perf_counter()
 
-    def done(unit: Unit, values: dict[str, np.ndarray]) -> None:
-        if unit.j is None:
-            result.deletion[unit.i] = values["delete"]
-        else:
-            result.pairs[(unit.i, unit.j)] = values
+    def done(unit: Unit, values: dict[str, dict[str, np.ndarray]]) -> None:
+        for mode, v in values.items():
+            if unit.j is None:
+                results[mode].deletion[unit.i] = v["delete"]
+            else:
+                results[mode].pairs[(unit.i, unit.j)] = v
         if out is not None and world == 1:
-            result.save(out)
+            first.save(out)
 
     if units:
         bar = _progress(len(units) * len(engine.chunks), "probing", progress)
@@ -126,16 +155,18 @@ def score(
             engine.run(units, pair_protocols, done, progress=bar.update)
         finally:
             bar.close()
-    result.meta["timing"] = {
+    timing = {
         "seconds": time.perf_counter() - start,
         "block_evals": engine.runner.stats.block_evals,
         "head_rows": engine.runner.stats.head_rows,
         "window_chunks": len(engine.chunks),
         "units_probed": len(units),
     }
+    for r in results.values():
+        r.meta["timing"] = timing
     if out is not None and world == 1:
-        result.save(out)
-    return result
+        first.save(out)
+    return results
 
 
 def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) -> Calibration:

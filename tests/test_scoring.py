@@ -109,3 +109,16 @@ def test_cross_class_swap_refused():
     model.model.layers[5] = Other()
     with pytest.raises(SwappruneError, match="different module classes"):
         score(model, calibration=ids, pairs="4-5", progress=False)
+
+
+def test_both_modes_from_one_pass_equal_separate_runs():
+    from swapprune.scoring import score_modes
+
+    model, ids = tiny_model("gemma2"), tiny_ids(4, 16)
+    both = score_modes(model, calibration=ids, modes=("last", "all"), pairs="gap:2", progress=False)
+    for mode in ("last", "all"):
+        single = score(model, calibration=ids, positions=mode, pairs="gap:2", progress=False)
+        assert both[mode].meta["positions"] == mode
+        for k, v in single.pairs.items():
+            for key in v:
+                np.testing.assert_allclose(both[mode].pairs[k][key], v[key], rtol=1e-5, atol=1e-10)
