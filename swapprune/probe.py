@@ -95,7 +95,7 @@ class ProbeEngine:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self._measured(hidden)
         self.runner.stats.head_rows += h.shape[0] * h.shape[1]
-        return self.runner.stack.head(h.to(self.runner.stack.model.get_output_embeddings().weight.device))
+        return self.runner.stack.head(h.to(self.runner.head_device))
 
     def _window_kl(self, base_logits: torch.Tensor, hidden: torch.Tensor) -> dict[str, np.ndarray]:
         """Per-window KL ``[B]`` for each mode: the last position, or the mean over all."""

@@ -74,6 +74,12 @@ class RunStats:
 
 
 def _device_of(module: nn.Module) -> torch.device:
+    """Where ``module`` computes: accelerate's execution device for offloaded modules
+    (their parameters sit on ``meta`` until the hook loads them), else its parameters'."""
+    hook = getattr(module, "_hf_hook", None)
+    device = getattr(hook, "execution_device", None)
+    if device is not None:
+        return torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
     for p in module.parameters():
         return p.device
     return torch.device("cpu")
@@ -94,6 +100,7 @@ class PlanRunner:
         self.base_plan: Plan = tuple(range(self.num_layers))
         self.stats = RunStats()
         self._block_devices = [_device_of(b) for b in self.stack.blocks]
+        self.head_device = _device_of(model.get_output_embeddings())
 
     # -- base pass ---------------------------------------------------------
     @torch.no_grad()
