@@ -147,11 +147,7 @@ class Deletion(Criterion):
     def rescore(self, ctx, removed):
         if ctx.oracle is None:
             raise SwappruneError("deletion needs deletion scores or the model")
-        saved, ctx.oracle.metric = ctx.oracle.metric, "kl"
-        try:
-            return ctx.oracle.deletion_costs(removed)
-        finally:
-            ctx.oracle.metric = saved
+        return ctx.oracle.deletion_costs(removed, "kl")
 
 
 @_register
@@ -168,11 +164,7 @@ class Sleb(Criterion):
     def rescore(self, ctx, removed):
         if ctx.oracle is None:
             raise SwappruneError("sleb needs the model")
-        saved, ctx.oracle.metric = ctx.oracle.metric, "ppl"
-        try:
-            return ctx.oracle.deletion_costs(removed)
-        finally:
-            ctx.oracle.metric = saved
+        return ctx.oracle.deletion_costs(removed, "ppl")
 
 
 @_register

@@ -19,17 +19,23 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _eval_args(p) -> None:
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--tasks", default="wikitext2_ppl",
+                   help="comma list (first = primary metric): wikitext2_ppl, wikitext, lambada, "
+                        "piqa, winogrande, arc_easy, boolq, or any lm-eval task")
+    g.add_argument("--limit", type=int, default=None, help="examples (windows) per task, for quick runs")
+    g.add_argument("--words", type=int, default=5000, help="WikiText-2 test words (matched contract: 5000)")
+    g.add_argument("--max-length", type=int, default=512, help="window / context length (stride = half)")
+    g.add_argument("--eval-batch-size", type=int, default=8, help="sequences per forward pass")
+
+
 def add_parsers(sub) -> None:
     from swapprune.cli import _calib_args, _model_args
 
     p = sub.add_parser("eval", help="evaluate a model with lm-eval (offline task pack)")
     _model_args(p)
-    p.add_argument("--tasks", default="wikitext2_ppl",
-                   help="comma list: wikitext2_ppl, wikitext, lambada, piqa, winogrande, arc_easy, boolq, or any lm-eval task")
-    p.add_argument("--limit", type=int, default=None, help="examples (windows) per task, for quick runs")
-    p.add_argument("--words", type=int, default=5000, help="WikiText-2 test words for wikitext2_ppl")
-    p.add_argument("--max-length", type=int, default=512, help="window / context length in tokens")
-    p.add_argument("--batch-size", type=int, default=8)
+    _eval_args(p)
     p.add_argument("--out", required=True, help="eval.json to write")
     p.set_defaults(handler=cmd_eval)
 
@@ -41,11 +47,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--strategy", default=None, help="selection strategy for every method")
     p.add_argument("--random-seeds", default="0,1,2", help="seeds for the random baseline")
     p.add_argument("--pairs", default="adjacent", help="pairs to score (heatmaps show what is scored)")
-    p.add_argument("--tasks", default="wikitext2_ppl", help="evaluation tasks (first = primary metric)")
-    p.add_argument("--limit", type=int, default=None, help="examples (windows) per task")
-    p.add_argument("--words", type=int, default=5000, help="WikiText-2 test words (matched contract: 5000)")
-    p.add_argument("--max-length", type=int, default=512, help="perplexity window (stride = half)")
-    p.add_argument("--eval-batch-size", type=int, default=8)
+    _eval_args(p)
     p.add_argument("--out", required=True, help="directory for results.json, results.md, plots, cache")
     p.set_defaults(handler=cmd_compare)
 
@@ -60,7 +62,7 @@ def cmd_eval(a) -> int:
 
     model, tok, src = load(model_opts_from(a))
     res = evaluate(model, tok, tasks, limit=a.limit, words=a.words, max_length=a.max_length,
-                   batch_size=a.batch_size)
+                   batch_size=a.eval_batch_size)
     data = json.loads(res.to_json())
     data["model"] = src.id
     write_json_atomic(Path(a.out), data)

@@ -59,14 +59,18 @@ class CalibrationOracle:
         return tuple(b for b in range(self.L) if b not in gone)
 
     @torch.no_grad()
-    def cost(self, removed: Sequence[int]) -> float:
-        """Calibration perplexity, or KL (nats) to the base model, with ``removed`` skipped."""
+    def cost(self, removed: Sequence[int], metric: str | None = None) -> float:
+        """Calibration perplexity, or KL (nats) to the base model, with ``removed`` skipped.
+
+        ``metric`` overrides the oracle's own (``ppl`` or ``kl``) for this call.
+        """
         self.calls += 1
+        metric = metric or self.metric
         plan = self.kept(removed)
         total, count = 0.0, 0
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
             logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
-            if self.metric == "ppl":
+            if metric == "ppl":
                 nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1).to(logits.device), reduction="sum")
                 total, count = total + float(nll), count + tgt.numel()
             else:
@@ -74,19 +78,19 @@ class CalibrationOracle:
                 kl = kl_rows(base.reshape(-1, base.shape[-1]), logits.reshape(-1, logits.shape[-1]))
                 total, count = total + float(kl.sum()), count + kl.numel()
         mean = total / count
-        return math.exp(mean) if self.metric == "ppl" else mean
+        return math.exp(mean) if metric == "ppl" else mean
 
     def _base(self, i: int) -> torch.Tensor:
         if self._base_logits is None:
             self._base_logits = [self.runner.stack.head(c.hidden[-1])[:, :-1] for c in self.caches]
         return self._base_logits[i]
 
-    def deletion_costs(self, removed: Sequence[int]) -> np.ndarray:
+    def deletion_costs(self, removed: Sequence[int], metric: str | None = None) -> np.ndarray:
         """``[L]``: cost with each further block removed (``inf`` for removed ones)."""
         out = np.full(self.L, np.inf)
         for b in range(self.L):
             if b not in removed:
-                out[b] = self.cost(sorted(set(removed) | {b}))
+                out[b] = self.cost(sorted(set(removed) | {b}), metric)
         return out
 
     @torch.no_grad()

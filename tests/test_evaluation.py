@@ -18,9 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from tiny_models import VOCAB, tiny_model  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, processors  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from tiny_models import tiny_model, tiny_tokenizer  # noqa: E402
 
 from swapprune.errors import SwappruneError  # noqa: E402
 from swapprune.evaluation import EvalResult, compare, evaluate, resolve_tasks  # noqa: E402
@@ -31,26 +29,8 @@ PPL = "swapprune_wikitext2_ppl"
 WORDS, WINDOW = 200, 64  # small contract for speed: ~1k chars -> ~33 windows
 
 
-def char_tokenizer() -> PreTrainedTokenizerFast:
-    """Character-level tokenizer with 96 ids that prepends BOS like Llama's.
-
-    ``BPE`` without merges splits text into single characters; characters not
-    in the vocabulary map to ``<unk>``.
-    """
-    special = ["<pad>", "<s>", "</s>", "<unk>"]
-    chars = "\n" + "".join(chr(c) for c in range(32, 127) if chr(c) not in "`^~|")
-    vocab = {t: i for i, t in enumerate(special + list(chars))}
-    assert len(vocab) == VOCAB
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.decoder = decoders.Fuse()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-    )
+def char_tokenizer():
+    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module", autouse=True)
