@@ -255,18 +255,18 @@ def regime(rows: list[dict]) -> dict:
 
     ``divergent``: replacement not small (median d_repl >= 0.05) and interchange
     well below it (median I/R < 0.7): prefer interchange-guided selection.
-    ``tie-like``: both low, or I/R near 1: either protocol. ``both-high``: interchange itself >= 0.10: swap scores alone
-    are weak.
+    ``both-high``: otherwise, interchange itself >= 0.10: swap scores alone are
+    weak. ``tie-like``: both low, or I/R near 1: either protocol.
     """
     adj = [r for r in rows if r["gap"] == 1] or rows
     d_r = float(np.median([r["replacement"]["distance"] for r in adj]))
     d_i = float(np.median([r["interchange"]["distance"] for r in adj]))
     irs = [r["ir_ratio"]["value"] for r in adj if r["ir_ratio"]["value"] is not None]
     ir = float(np.median(irs)) if irs else float("nan")
-    if d_i >= CONDITIONAL:
-        call, advice = "both-high", "swap scores alone are weak; add calibration data or another signal"
-    elif ir < DIVERGENT_IR and d_r >= STRONG:
+    if ir < DIVERGENT_IR and d_r >= STRONG:
         call, advice = "divergent", "prefer interchange-guided selection"
+    elif d_i >= CONDITIONAL:
+        call, advice = "both-high", "swap scores alone are weak; add calibration data or another signal"
     else:
         call, advice = "tie-like", "either protocol; a calibrated iterative method (sleb) may win at larger budgets"
     return {"call": call, "advice": advice, "pairs_used": len(adj),
