@@ -12,7 +12,7 @@ from swapprune.errors import SwappruneError
 
 def add_parsers(sub) -> None:
     """Sub-commands defined outside cli.py (evaluation, comparison, recipes)."""
-    for mod in ("swapprune.eval_cli",):
+    for mod in ("swapprune.eval_cli", "swapprune.recipe_cli"):
         try:
             __import__(mod, fromlist=["add_parsers"]).add_parsers(sub)
         except ModuleNotFoundError:
