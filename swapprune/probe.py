@@ -25,8 +25,18 @@ from swapprune.protocols import deletion_plan, pair_probe_plans
 from swapprune.runner import BatchCache, PlanRunner
 
 # Rows of [rows, vocab] log-softmax computed at once; bounds the temporaries
-# of the KL to ~rows * V * 4 bytes * 3.
+# of the KL to ~rows * V * 8 bytes * 5. On CPU the rows are fewer, so that the
+# float64 temporaries stay in the last-level cache: the KL is a chain of
+# memory-bound passes, and 256 rows of a 49k vocabulary made it ~5x slower
+# (eval/BENCHMARKS.md). Rows are independent: the chunking never changes a value.
 _KL_ROWS = 256
+_KL_BYTES_CPU = 4 << 20
+
+
+def _kl_chunk(rows: torch.Tensor) -> int:
+    if rows.device.type != "cpu":
+        return _KL_ROWS
+    return max(1, min(_KL_ROWS, _KL_BYTES_CPU // (8 * rows.shape[-1])))
 
 
 @dataclass(frozen=True)
@@ -45,9 +55,10 @@ def kl_rows(base_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     would add ~1e-7 nats of rounding to every value.
     """
     out = []
-    for s in range(0, base_logits.shape[0], _KL_ROWS):
-        logp = F.log_softmax(base_logits[s : s + _KL_ROWS].double(), dim=-1)
-        logq = F.log_softmax(logits[s : s + _KL_ROWS].double(), dim=-1)
+    step = _kl_chunk(logits)
+    for s in range(0, base_logits.shape[0], step):
+        logp = F.log_softmax(base_logits[s : s + step].double(), dim=-1)
+        logq = F.log_softmax(logits[s : s + step].double(), dim=-1)
         out.append((logp.exp() * (logp - logq)).sum(-1))
     return torch.cat(out)
 
