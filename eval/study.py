@@ -349,6 +349,12 @@ def main() -> None:
     torch.set_flush_denormal(True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # A rerun over cached stages keeps the wall times of the run that computed them.
+    prior = json.loads((out / "study.json").read_text())["times"] if (out / "study.json").exists() else {}
+    artifacts = {"probes_trained": "scores_trained_last.json", "probes_init": "scores_init_last.json",
+                 "pruning_compare": "pruning/results.json", "zero_shot": "zero_shot.json",
+                 "healing": "healing.json"}
+    kept = {k: prior[k] for k, f in artifacts.items() if k in prior and (out / f).exists()}
     times: dict = {}
     t0 = time.perf_counter()
     model, tok, _ = load_model("smollm2-135m")
@@ -360,6 +366,9 @@ def main() -> None:
     zs = None if "zero_shot" in skip else zero_shot(args, out, model, tok, pr, times)
     hr = None if "healing" in skip else healing(args, out, model, tok, pr, times)
     times["total"] = round(time.perf_counter() - t0, 1)
+    if kept:
+        times = {**times, **kept, "total": prior.get("total", times["total"]),
+                 "this_rerun": times["total"]}
     (out / "study.json").write_text(json.dumps(
         {"settings": vars(args), "probes": report, "zero_shot": zs, "healing": hr, "times": times},
         indent=1, default=str))

@@ -2,9 +2,9 @@
 
 Default source: the WikiText-2 raw **validation** text vendored in the package
 (the test split is kept for evaluation). The default of 64 windows x 128
-tokens sits inside the paper's 100 x 64-128 range and, with
-``positions=last``, gives one KL sample per window; ``eval/README.md`` has the
-measurements behind the defaults.
+tokens sits inside the paper's 100 x 64-128 range; with the default
+``positions=all`` every window gives 128 KL samples (``last``: one).
+``eval/README.md`` has the measurements behind the defaults.
 """
 
 from __future__ import annotations

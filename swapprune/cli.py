@@ -42,8 +42,8 @@ def _calib_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prompts", type=int, default=64, help="number of windows (default: %(default)s)")
     g.add_argument("--tokens", type=int, default=128, help="tokens per window (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="window pick, bootstrap and random criterion seed")
-    g.add_argument("--positions", default="last", choices=("last", "all"),
-                   help="where KL is measured: last position (paper) or all positions")
+    g.add_argument("--positions", default="all", choices=("last", "all"),
+                   help="where KL is measured: every position (default; see eval/BENCHMARKS.md) or the last (the paper)")
     g.add_argument("--batch-size", type=int, default=8, help="windows per forward pass")
     g.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

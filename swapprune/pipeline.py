@@ -27,7 +27,7 @@ class CalibOptions:
     prompts: int = 64
     tokens: int = 128
     seed: int = 0
-    positions: str = "last"
+    positions: str = "all"
     batch_size: int = 8
     progress: bool = True
 

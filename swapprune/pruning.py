@@ -74,7 +74,7 @@ def plan_pruning(
     calib: str | None = None,
     prompts: int = 64,
     tokens: int = 128,
-    positions: str = "last",
+    positions: str = "all",
     batch_size: int = 8,
     model_id: str | None = None,
     progress: bool = True,

@@ -63,7 +63,7 @@ class CalibrationStage:
     prompts: int = field(default=64, metadata=_help("number of windows"))
     tokens: int = field(default=128, metadata=_help("tokens per window"))
     seed: int = field(default=0, metadata=_help("window pick, bootstrap and random-criterion seed"))
-    positions: str = field(default="last", metadata=_help("where KL is measured: last or all"))
+    positions: str = field(default="all", metadata=_help("where KL is measured: last or all"))
     batch_size: int = field(default=8, metadata=_help("windows per forward pass"))
 
     def check(self) -> None:

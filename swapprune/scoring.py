@@ -37,7 +37,7 @@ def score(
     model: torch.nn.Module,
     tokenizer=None,
     *,
-    positions: str = "last",
+    positions: str = "all",
     out: str | Path | None = None,
     shard: tuple[int, int] = (0, 1),
     **kwargs,
@@ -47,7 +47,8 @@ def score(
     Args:
         model: a causal LM (left unmodified).
         tokenizer: needed unless ``calibration`` is given.
-        positions: ``last`` (the paper's convention) or ``all``.
+        positions: ``all`` (default: mean KL over every position; the ranking settles with
+            fewer windows, see eval/BENCHMARKS.md) or ``last`` (the paper's convention).
         out: JSON path, flushed as units finish; an existing compatible file is resumed.
         shard: ``(rank, world)``: probe only this rank's share of the units.
         **kwargs: see :func:`score_modes` (calibration, protocols, pairs, ...).

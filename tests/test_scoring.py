@@ -47,7 +47,7 @@ def test_json_contract_and_ratios(tmp_path):
     data = json.loads(out.read_text())
     for key in ("model", "num_layers", "positions", "calibration", "pairs", "deletion", "summary"):
         assert key in data
-    assert data["num_layers"] == 6 and data["positions"] == "last"
+    assert data["num_layers"] == 6 and data["positions"] == "all"
     assert {"source", "prompts", "tokens", "seed"} <= set(data["calibration"])
     row = next(r for r in data["pairs"] if (r["i"], r["j"]) == (2, 5))
     assert row["crosses_types"] and row["types"] == ["full_attention", "full_attention"] or row["crosses_types"] is (row["types"][0] != row["types"][1])
