@@ -150,56 +150,52 @@ class Deletion(Criterion):
         return ctx.oracle.deletion_costs(removed, "kl")
 
 
+class _ModelCriterion(Criterion):
+    """A criterion measured on the (possibly pruned) model through the oracle."""
+
+    needs_model = True
+
+    def importance(self, ctx):
+        return self.rescore(ctx, [])
+
+    def oracle(self, ctx: Context):
+        if ctx.oracle is None:
+            raise SwappruneError(f"{self.name} needs the model")
+        return ctx.oracle
+
+
 @_register
-class Sleb(Criterion):
+class Sleb(_ModelCriterion):
     """SLEB: calibration perplexity with the block removed; rescored after each removal."""
 
     name = "sleb"
-    needs_model = True
     default_strategy = "iterative"
 
-    def importance(self, ctx):
-        return self.rescore(ctx, [])
-
     def rescore(self, ctx, removed):
-        if ctx.oracle is None:
-            raise SwappruneError("sleb needs the model")
-        return ctx.oracle.deletion_costs(removed, "ppl")
+        return self.oracle(ctx).deletion_costs(removed, "ppl")
 
 
 @_register
-class BlockInfluence(Criterion):
+class BlockInfluence(_ModelCriterion):
     """ShortGPT's Block Influence: ``1 - cos(h_in, h_out)`` averaged over tokens."""
 
     name = "bi"
-    needs_model = True
-
-    def importance(self, ctx):
-        return self.rescore(ctx, [])
 
     def rescore(self, ctx, removed):
-        if ctx.oracle is None:
-            raise SwappruneError("bi needs the model")
-        return ctx.oracle.similarity(removed)[0]
+        return self.oracle(ctx).similarity(removed)[0]
 
 
 @_register
-class Angular(Criterion):
+class Angular(_ModelCriterion):
     """Angular distance between the states entering block l and block l+n (Gromov et al.)."""
 
     name = "angular"
-    needs_model = True
-
-    def importance(self, ctx):
-        return self.rescore(ctx, [])
 
     def rescore(self, ctx, removed):
-        if ctx.oracle is None:
-            raise SwappruneError("angular needs the model")
-        return ctx.oracle.similarity(removed, span=1)[1]
+        return self.oracle(ctx).similarity(removed, span=1)[1]
 
     def span_scores(self, ctx, n):
-        return ctx.oracle.similarity([], span=n)[1][: ctx.num_layers - n + 1]
+        return self.oracle(ctx).similarity([], span=n)[1][: ctx.num_layers - n + 1]
 
 
 @_register
