@@ -18,11 +18,16 @@ timed separately, and a case's naive time is the sum over the plans it needs
 
 Usage (see eval/BENCHMARKS.md)::
 
-    python eval/bench_score.py                       # quick set (adjacent last/all, all pairs last)
+    python eval/bench_score.py                       # quick set: adjacent pairs, last and all
+    python eval/bench_score.py --cases standard      # + all pairs (1 window), last and all
     python eval/bench_score.py --bf16                # + fast mode (bf16) vs fp32
     python eval/bench_score.py --cases none --sweep  # scaling sweep only
     python eval/bench_score.py --cases none --stability
     python eval/bench_score.py --device cuda --bf16  # on a GPU
+
+On a CPU shared with other jobs add ``--threads 1 --clock cpu``: OpenMP threads
+oversubscribed by other processes make wall times erratic, while one thread's
+CPU time is not charged for the time other processes hold the core.
 """
 
 from __future__ import annotations
@@ -434,12 +439,26 @@ CASES = {
     "allpairs-last": ("all", BOTH, "last", "all_windows"),
     "allpairs-all": ("all", BOTH, "all", "all_windows"),
 }
-QUICK = ["adj-last", "adj-all", "allpairs-last"]
+# quick: ~9 min of CPU time at 1 thread on the 2-core CPU of eval/BENCHMARKS.md
+# (sum of its measured phases); standard adds all pairs on 1 window (~33 min)
+SETS = {
+    "quick": ["adj-last", "adj-all"],
+    "standard": ["adj-last", "adj-all", "allpairs-last", "allpairs-all"],
+    "full": list(CASES),
+    "none": [],
+}
+
+
+def case_names(spec: str) -> list[str]:
+    names = SETS[spec] if spec in SETS else spec.split(",")
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)} or {', '.join(SETS)}")
+    return names
 
 
 def bench_cases(args, model, calib_ids, uc, roof, log) -> list[dict]:
-    names = QUICK if args.cases == "quick" else list(CASES) if args.cases == "full" else \
-        [] if args.cases == "none" else args.cases.split(",")
+    names = case_names(args.cases)
     L = decoder_stack(model).num_layers
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     naive_runs: dict = {}
@@ -765,7 +784,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", help="dtype of the exact-mode cases")
     ap.add_argument("--cases", default="quick",
-                    help=f"quick | full | none | comma list of {', '.join(CASES)}")
+                    help=f"quick | standard | full | none | comma list of {', '.join(CASES)}")
     ap.add_argument("--windows", type=int, default=8, help="windows of the adjacent-pair cases")
     ap.add_argument("--all-windows", type=int, default=1, help="windows of the all-pairs cases")
     ap.add_argument("--tokens", type=int, default=64)
@@ -796,6 +815,7 @@ def main(argv=None) -> int:
 
     global CLOCK
     CLOCK = args.clock
+    case_names(args.cases)  # fail before loading anything
     if args.clock == "cpu" and args.device.startswith("cuda"):
         ap.error("--clock cpu is meaningless on cuda")
     if args.threads:
