@@ -52,9 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swapprune import naive  # noqa: E402
 from swapprune.architectures import decoder_stack  # noqa: E402
-from swapprune.protocols import pair_probe_plans, parse_pairs  # noqa: E402
-from swapprune.runner import PlanRunner  # noqa: E402
-from swapprune.scoring import score  # noqa: E402
+from swapprune.engine.plans import pair_probe_plans, parse_pairs  # noqa: E402
+from swapprune.engine.runner import PlanRunner  # noqa: E402
+from swapprune.engine.scoring import score  # noqa: E402
 
 PROTOCOL_KEYS = {"replacement": ("repl_ij", "repl_ji"), "interchange": ("inter",)}
 BOTH = ("replacement", "interchange")
@@ -210,7 +210,7 @@ class UnitCosts:
 
 
 def measure_unit_costs(model, ids: torch.Tensor, device: str, reps: int) -> UnitCosts:
-    from swapprune.probe import kl_rows
+    from swapprune.engine.probes import kl_rows
 
     stack = decoder_stack(model)
     runner = PlanRunner(model, stack)
@@ -244,7 +244,7 @@ def measure_unit_costs(model, ids: torch.Tensor, device: str, reps: int) -> Unit
         uc.kl_last = best(lambda: kl_rows(bl, ol))
 
         try:  # the probe's row chunk (keeps float64 temporaries in cache on CPU)
-            from swapprune.probe import _kl_chunk
+            from swapprune.engine.probes import _kl_chunk
 
             step = _kl_chunk(base)
         except ImportError:
@@ -622,7 +622,11 @@ def bench_bf16(args, model32, calib_ids, case_rows, log) -> dict:
         top32 = [pairs[k] for k in np.argsort(d32)[:5]]
         top16 = [pairs[k] for k in np.argsort(d16)[:5]]
         rel = np.abs(d16 - d32) / np.abs(d32)
+        s32 = np.sort(d32)
         out[p] = {
+            "fp32": d32.tolist(), "bf16": d16.tolist(),
+            # how close the 5th and 6th pairs are in fp32: a swap there is a near tie
+            "fp32_gap_rank5_rank6_rel": float((s32[5] - s32[4]) / s32[4]),
             "spearman": spearman(d32, d16),
             "top5_fp32": top32, "top5_bf16": top16,
             "top5_same_set": set(top32) == set(top16), "top5_same_order": top32 == top16,
@@ -641,7 +645,8 @@ def bench_bf16(args, model32, calib_ids, case_rows, log) -> dict:
         q = out[p]
         msg.append(f"    {p:12s} Spearman {q['spearman']:.4f}  top-5 same set {q['top5_same_set']}"
                    f" same order {q['top5_same_order']}  rel err median {q['median_rel_err']:.2e}"
-                   f" max {q['max_rel_err']:.2e}\n      top5 fp32 {q['top5_fp32']}\n      top5 bf16 {q['top5_bf16']}")
+                   f" max {q['max_rel_err']:.2e}; fp32 gap rank 5->6 {100 * q['fp32_gap_rank5_rank6_rel']:.1f}%"
+                   f"\n      top5 fp32 {q['top5_fp32']}\n      top5 bf16 {q['top5_bf16']}")
     log("\n".join(msg))
     return out
 
@@ -693,7 +698,7 @@ def bench_stability(args, model, calib_ids, log) -> dict:
     ``--stability-timing-windows``) x 2N, since scoring 2N windows is what
     verifies it. Repeated over random orders of the windows.
     """
-    from swapprune.scoring import score_modes
+    from swapprune.engine.scoring import score_modes
 
     L = decoder_stack(model).num_layers
     pairs = parse_pairs("adjacent", L)

@@ -33,8 +33,8 @@ from swapprune.compare import CompareJob, run_compare
 from swapprune.compare_report import plot_scores
 from swapprune.loading import load_model
 from swapprune.pipeline import CalibOptions, ModelOptions
-from swapprune.scores import ScoreResult
-from swapprune.scoring import score_modes
+from swapprune.engine.scores import ScoreResult
+from swapprune.engine.scoring import score_modes
 
 MODES = ("last", "all")
 

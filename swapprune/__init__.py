@@ -15,7 +15,7 @@ __all__ = ["__version__", "load_model", "score", "prune"]
 def __getattr__(name: str):
     # Lazy: importing swapprune must not import torch/transformers.
     if name == "score":
-        from swapprune.scoring import score
+        from swapprune.engine.scoring import score
 
         return score
     if name == "load_model":

@@ -12,15 +12,8 @@ that looks whole.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.metadata
 import json
-import os
-import shutil
-import sys
-import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +21,13 @@ import torch
 from torch import nn
 
 from swapprune.architectures import TYPE_KEY, decoder_stack
+from swapprune.artifacts import PROVENANCE, check_output_dir, staging_dir, write_json_atomic
+from swapprune.artifacts import provenance as make_provenance
+from swapprune.card import model_card
 from swapprune.errors import SwappruneError
-from swapprune.loading import clear_gguf_marker
+from swapprune.loading import gguf_marker_cleared
 from swapprune.plan import PrunePlan
 
-CARD_TAGS = ("swapprune", "pruned", "layer-pruning")
 GENERATE_TOKENS = 16
 # Max |logit difference| allowed between the reloaded and in-memory model, relative to the
 # largest |logit| (at least 1). Same code, same weights: fp32 differs only by summation order.
@@ -41,31 +36,6 @@ TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10, torch.bfloat16: 1e-2, to
 
 class SelfCheckError(SwappruneError):
     """The written checkpoint did not reproduce the in-memory model; nothing was kept."""
-
-
-def check_output_dir(out_dir: str | Path, overwrite: bool = False) -> Path:
-    """Refuse an output directory before anything expensive runs; writes nothing.
-
-    Raises:
-        SwappruneError: ``out_dir`` is a file, a non-empty directory without
-            ``overwrite``, or lies under a path that is not a writable directory.
-    """
-    out = Path(out_dir).expanduser().absolute()
-    if out.exists():
-        if not out.is_dir():
-            raise SwappruneError(f"output path {out} exists and is not a directory")
-        if any(out.iterdir()) and not overwrite:
-            raise SwappruneError(
-                f"output directory {out} is not empty; choose another or pass overwrite"
-            )
-    ancestor = out.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise SwappruneError(f"cannot create {out}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise SwappruneError(f"cannot create {out}: {ancestor} is not writable")
-    return out
 
 
 def save_checkpoint(
@@ -80,6 +50,7 @@ def save_checkpoint(
     base_model_id: str,
     selfcheck: bool = True,
     check_ids: torch.Tensor | None = None,
+    card_extra: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write the pruned ``model`` as a checkpoint in ``out_dir`` and self-check it.
 
@@ -97,6 +68,7 @@ def save_checkpoint(
         selfcheck: reload and verify before the rename (recommended).
         check_ids: token windows ``[B, T]`` for the logit check; a fixed seeded
             sample of the vocabulary when ``None``.
+        card_extra: markdown lines added to the model card (e.g. the measured cost).
 
     Returns:
         The self-check results (also written to ``provenance.json``).
@@ -107,7 +79,6 @@ def save_checkpoint(
     """
     out = check_output_dir(out_dir, overwrite)
     start = time.perf_counter()
-    clear_gguf_marker(model)
     model_dtype = next(model.parameters()).dtype
     save_dtype = save_dtype or model_dtype
     device = next(model.parameters()).device
@@ -121,36 +92,25 @@ def save_checkpoint(
     finally:
         model.train(was_training)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
-        _save_model(model, tmp, save_dtype)
+    dtype_name = str(save_dtype).removeprefix("torch.")
+    with staging_dir(out) as tmp:
+        with gguf_marker_cleared(model):
+            _save_model(model, tmp, save_dtype)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         plan.to_json(tmp / "plan.json")
-        dtype_name = str(save_dtype).removeprefix("torch.")
         (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))
-        (tmp / "README.md").write_text(model_card(plan, base_model_id))
+        (tmp / "README.md").write_text(model_card(plan, base_model_id, card_extra))
         if selfcheck:
             results = _selfcheck(tmp, model, check_ids, reference, model_dtype)
         else:
             results = {"skipped": True}
         results["wall_s"] = round(time.perf_counter() - start, 3)
-        record = {
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "base_model": base_model_id,
-            "versions": _versions(),
-            "invocation": provenance,
-            "plan": plan.describe(),
-            "save_dtype": dtype_name,
-            "selfcheck": results,
-        }
-        (tmp / "provenance.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-        _apply_umask(tmp)
-        _move_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        record = make_provenance(
+            base_model=base_model_id, invocation=provenance, plan=plan.describe(),
+            save_dtype=dtype_name, selfcheck=results,
+        )
+        write_json_atomic(tmp / PROVENANCE, record, indent=2)
     return results
 
 
@@ -287,149 +247,3 @@ def _pad_id(model) -> int:
         if isinstance(value, int):
             return value
     return 0
-
-
-def _apply_umask(path: Path) -> None:
-    # mkdtemp (and some writers) create owner-only entries; a checkpoint should get the
-    # permissions any other directory the user creates gets.
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o777 & ~umask)
-    for f in path.rglob("*"):
-        f.chmod((0o777 if f.is_dir() else 0o666) & ~umask)
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` to ``out``, replacing an existing ``out`` last."""
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    old.rmdir()
-    os.rename(out, old)
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name, dists in {
-        "swapprune": ("swapprune",),
-        "torch": ("torch",),
-        "transformers": ("transformers",),
-        "safetensors": ("safetensors",),
-        "lm-eval": ("lm_eval", "lm-eval"),
-    }.items():
-        versions[name] = None
-        for dist in dists:
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                versions[name] = importlib.metadata.version(dist)
-                break
-    if versions["swapprune"] is None:
-        import swapprune
-
-        versions["swapprune"] = getattr(swapprune, "__version__", None)
-    versions["python"] = sys.version.split()[0]
-    return versions
-
-
-def model_card(plan: PrunePlan, base_model_id: str) -> str:
-    """Model card ``README.md``: HF YAML metadata, what was removed or merged, and why."""
-    front = [
-        "---",
-        f"base_model: {json.dumps(base_model_id)}",
-        "library_name: transformers",
-        "tags:",
-        *(f"  - {t}" for t in CARD_TAGS),
-        "---",
-        "",
-    ]
-    name = base_model_id.rstrip("/").rsplit("/", 1)[-1]
-    body = [
-        f"# {name}, depth-pruned with swapprune",
-        "",
-        f"Derived from `{base_model_id}`: {plan.describe()}.",
-        "",
-        f"- **Operation**: {plan.op}" + (f" (rule `{plan.merge}`)" if plan.merged else ""),
-        f"- **Removed blocks** (0-based, original numbering): {plan.removed or 'none'}",
-    ]
-    if plan.merged:
-        body.append(
-            "- **Merged blocks**: " + "; ".join(f"{g} -> block {k}" for k, g in plan.merged.items())
-        )
-    body += [
-        f"- **Kept blocks, in order**: {plan.kept}",
-        f"- **Importance protocol**: {plan.protocol or 'not recorded'}",
-        f"- **Selection strategy**: {plan.strategy or 'not recorded'}",
-        f"- **Budget**: {plan.budget if plan.budget is not None else 'not recorded'}",
-        "",
-    ]
-    body += _scores_section(plan)
-    body += [
-        "## Files",
-        "",
-        "- `plan.json`: the exact plan (reload with `swapprune.plan.PrunePlan.from_json`).",
-        "- `mergekit.yaml`: the equivalent mergekit passthrough config (layer_range ends are "
-        "exclusive"
-        + ("; merged weights are not reproducible by passthrough" if plan.merged else "")
-        + ").",
-        "- `provenance.json`: versions, the command that produced this checkpoint, and the "
-        "self-check results (reloaded logits vs in-memory; generation with vs without KV cache).",
-        "",
-    ]
-    return "\n".join(front + body)
-
-
-def _scores_section(plan: PrunePlan) -> list[str]:
-    """A per-layer table for score lists/dicts covering the layers, the rest as JSON."""
-    n = plan.num_layers
-    columns: dict[str, list[Any]] = {}
-    rest: dict[str, Any] = {}
-    for key, value in plan.scores.items():
-        per_layer = _per_layer(value, n)
-        if per_layer is None:
-            rest[key] = value
-        else:
-            columns[key] = per_layer
-    if not columns and not rest:
-        return []
-    lines = ["## Scores behind the decision", ""]
-    if columns:
-        merged_into = {i: k for k, g in plan.merged.items() for i in g if i != k}
-        lines.append("| layer | fate | " + " | ".join(columns) + " |")
-        lines.append("|---:|---|" + "---:|" * len(columns))
-        for i in range(n):
-            fate = (
-                f"merged into {merged_into[i]}"
-                if i in merged_into
-                else "removed"
-                if i in plan.removed
-                else "kept"
-            )
-            cells = [_fmt(col[i]) for col in columns.values()]
-            lines.append(f"| {i} | {fate} | " + " | ".join(cells) + " |")
-        lines.append("")
-    if rest:
-        lines += ["```json", json.dumps(rest, indent=2, default=str), "```", ""]
-    return lines
-
-
-def _per_layer(value: Any, n: int) -> list[Any] | None:
-    if isinstance(value, (list, tuple)) and len(value) == n:
-        return list(value)
-    if isinstance(value, dict) and len(value) == n:
-        try:
-            by_idx = {int(k): v for k, v in value.items()}
-        except (TypeError, ValueError):
-            return None
-        if set(by_idx) == set(range(n)):
-            return [by_idx[i] for i in range(n)]
-    return None
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)

@@ -56,8 +56,8 @@ def cmd_prune(a) -> int:
 
 def cmd_score(a) -> int:
     from swapprune.calibration import load_calibration
+    from swapprune.engine.plans import parse_protocols
     from swapprune.pipeline import load
-    from swapprune.protocols import parse_protocols
 
     parse_protocols(a.protocols)
     out = Path(a.out)
@@ -65,7 +65,7 @@ def cmd_score(a) -> int:
         raise SwappruneError(f"--out {out} is a directory; give a file name like scores.json")
     model, tok, src = load(_model_opts(a), not a.no_progress)
     from swapprune.architectures import decoder_stack
-    from swapprune.protocols import parse_pairs
+    from swapprune.engine.plans import parse_pairs
 
     parse_pairs(a.pairs, decoder_stack(model).num_layers)  # range errors before calibration
     ctx = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
@@ -73,7 +73,7 @@ def cmd_score(a) -> int:
     kwargs = dict(calibration=calibration, protocols=a.protocols, pairs=a.pairs,
                   positions=a.positions, batch_size=a.batch_size, cache_gb=a.cache_gb,
                   n_boot=a.bootstrap, seed=a.seed, model_id=src.id, progress=not a.no_progress)
-    from swapprune.distributed import score_sharded
+    from swapprune.engine.sharding import score_sharded
 
     result = score_sharded(model, tok, out, **kwargs)
     if result is None:  # a non-zero rank of a torchrun job
@@ -93,7 +93,8 @@ def cmd_score(a) -> int:
 
 def cmd_apply(a) -> int:
     from swapprune.architectures import decoder_stack
-    from swapprune.checkpoint import check_output_dir, save_checkpoint
+    from swapprune.artifacts import check_output_dir
+    from swapprune.checkpoint import save_checkpoint
     from swapprune.pipeline import load, save_dtype
     from swapprune.plan import PrunePlan
     from swapprune.surgery import apply_plan
@@ -114,8 +115,8 @@ def cmd_apply(a) -> int:
 
 def cmd_list(a) -> int:
     from swapprune import criteria
+    from swapprune.engine.plans import PROTOCOLS
     from swapprune.merging import MERGES
-    from swapprune.protocols import PROTOCOLS
     from swapprune.selection import STRATEGIES
 
     rows = {

@@ -60,16 +60,10 @@ def _method_runs(job: CompareJob) -> list[tuple[str, str, int]]:
 def variant(model, plan):
     """The pruned model of ``plan``, in memory: a view for removals, a copy for merges."""
     if plan.op == "remove":
-        from swapprune.naive import rebuilt
+        from swapprune.surgery import pruned_view
 
-        # No KV cache: the view keeps the blocks' original layer_idx.
-        saved = model.config.use_cache
-        model.config.use_cache = False
-        try:
-            with rebuilt(model, plan.kept) as view:
-                yield view
-        finally:
-            model.config.use_cache = saved
+        with pruned_view(model, plan.kept) as view:
+            yield view
     else:
         from swapprune.surgery import apply_plan
 
@@ -83,11 +77,11 @@ def run_compare(job: CompareJob) -> dict:
     from swapprune import criteria
     from swapprune.architectures import decoder_stack
     from swapprune.calibration import load_calibration
+    from swapprune.engine.scores import ScoreResult
+    from swapprune.engine.scoring import score
     from swapprune.evaluation import EvalResult, evaluate, resolve_tasks
     from swapprune.plan import PrunePlan
     from swapprune.pruning import PruneRequest, plan_pruning
-    from swapprune.scores import ScoreResult
-    from swapprune.scoring import score
 
     tasks = resolve_tasks(job.tasks)
     runs = _method_runs(job)

@@ -5,9 +5,9 @@ A registry of named criteria, usable by other pruning tools::
     from swapprune import criteria
     imp = criteria.get("interchange").importance(criteria.Context(num_layers=L, scores=s))
 
-Score-based criteria read a :class:`~swapprune.scores.ScoreResult`; model-based
+Score-based criteria read a :class:`~swapprune.engine.scores.ScoreResult`; model-based
 ones (``bi``, ``angular``, ``sleb``, and ``deletion`` without scores) query a
-:class:`~swapprune.oracle.CalibrationOracle`. Criteria with ``rescore`` can
+:class:`~swapprune.engine.oracle.CalibrationOracle`. Criteria with ``rescore`` can
 re-measure a pruned model, which the ``iterative`` strategy uses.
 """
 
@@ -33,7 +33,7 @@ class Context:
     Attributes:
         num_layers: ``L``.
         scores: probe scores (pairs and/or deletion), if measured.
-        oracle: a :class:`~swapprune.oracle.CalibrationOracle`, if the model is at hand.
+        oracle: a :class:`~swapprune.engine.oracle.CalibrationOracle`, if the model is at hand.
         seed: for ``random``.
     """
 

@@ -53,9 +53,9 @@ def add_parsers(sub) -> None:
 
 
 def cmd_eval(a) -> int:
+    from swapprune.artifacts import write_json_atomic
     from swapprune.evaluation import evaluate, resolve_tasks
     from swapprune.pipeline import load
-    from swapprune.scores import write_json_atomic
 
     tasks = resolve_tasks(_names(a.tasks))
     from swapprune.cli import model_opts_from

@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +88,23 @@ def clear_gguf_marker(model) -> bool:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return True
+
+
+@contextlib.contextmanager
+def gguf_marker_cleared(model) -> Iterator[None]:
+    """Clear the GGUF marker (see :func:`clear_gguf_marker`) for the block, then restore it."""
+    saved = {k: vars(model)[k] for k in ("hf_quantizer", "is_quantized", "quantization_method")
+             if k in vars(model)}
+    config_q = getattr(model.config, "quantization_config", None)
+    cleared = clear_gguf_marker(model)
+    try:
+        yield
+    finally:
+        if cleared:
+            for k, v in saved.items():
+                setattr(model, k, v)
+            if config_q is not None:
+                model.config.quantization_config = config_q
 
 
 def resolve_dtype(name: str | None, device: str):

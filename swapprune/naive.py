@@ -10,38 +10,13 @@ as Gemma 3 in transformers 5, pick masks and rotary embeddings by
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swapprune.architectures import TYPE_KEY, decoder_stack, get_submodule
-
-
-@contextmanager
-def rebuilt(model: nn.Module, plan: Sequence[int]) -> Iterator[nn.Module]:
-    """Temporarily make ``model`` run ``plan``; restores blocks and config on exit."""
-    stack = decoder_stack(model)
-    parent_path, attr = stack.spec.blocks.rsplit(".", 1)
-    parent = get_submodule(model, parent_path)
-    config = model.config
-    old_blocks = getattr(parent, attr)
-    old_count = getattr(config, stack.spec.count_key)
-    old_types = getattr(config, TYPE_KEY, None)
-    types = stack.layer_types()
-    setattr(parent, attr, nn.ModuleList([old_blocks[b] for b in plan]))
-    setattr(config, stack.spec.count_key, len(plan))
-    if old_types is not None:
-        setattr(config, TYPE_KEY, [types[b] for b in plan])
-    try:
-        yield model
-    finally:
-        setattr(parent, attr, old_blocks)
-        setattr(config, stack.spec.count_key, old_count)
-        if old_types is not None:
-            setattr(config, TYPE_KEY, old_types)
+from swapprune.surgery import pruned_view as rebuilt
 
 
 @torch.no_grad()

@@ -66,10 +66,11 @@ def save_dtype(name: str | None):
 def run_prune(job: PruneJob) -> dict:
     """Run the main job; returns a summary (plan, self-check, paths)."""
     from swapprune.architectures import decoder_stack
+    from swapprune.artifacts import check_output_dir
     from swapprune.calibration import load_calibration
-    from swapprune.checkpoint import check_output_dir, save_checkpoint
+    from swapprune.checkpoint import save_checkpoint
+    from swapprune.engine.scores import ScoreResult
     from swapprune.pruning import plan_pruning
-    from swapprune.scores import ScoreResult
     from swapprune.surgery import apply_plan
 
     req = job.request

@@ -86,7 +86,7 @@ def plan_pruning(
         model: causal LM (not modified).
         tokenizer: for calibration windows (unless ``calibration`` is given).
         request: a :class:`PruneRequest`, or its fields as keyword arguments.
-        scores: a :class:`~swapprune.scores.ScoreResult` to reuse instead of probing.
+        scores: a :class:`~swapprune.engine.scores.ScoreResult` to reuse instead of probing.
     """
     from swapprune.plan import PrunePlan
 
@@ -104,7 +104,7 @@ def plan_pruning(
             raise SwappruneError("pruning needs a tokenizer or calibration windows")
         calibration = load_calibration(tokenizer, calib, prompts, tokens, request.seed)
     if needs_scores:
-        from swapprune.scoring import score
+        from swapprune.engine.scoring import score
 
         pairs = "adjacent" if set(crit.protocols) & {"replacement", "interchange"} else []
         scores = score(model, calibration=calibration, protocols=crit.protocols, pairs=pairs,
@@ -112,7 +112,7 @@ def plan_pruning(
                        progress=progress, seed=request.seed)
     oracle = None
     if needs_oracle:
-        from swapprune.oracle import CalibrationOracle
+        from swapprune.engine.oracle import CalibrationOracle
 
         oracle = CalibrationOracle(model, calibration.input_ids, batch_size, request.oracle_metric)
     ctx = criteria_mod.Context(num_layers=L, scores=scores, oracle=oracle, seed=request.seed)

@@ -85,7 +85,7 @@ class ScoreStage:
     cache_gb: float = field(default=4.0, metadata=_help("memory for cached hidden states"))
 
     def check(self) -> None:
-        from swapprune.protocols import parse_protocols
+        from swapprune.engine.plans import parse_protocols
 
         parse_protocols(",".join(self.protocols))
 
@@ -159,7 +159,7 @@ class ExportStage:
     selfcheck: bool = field(default=True, metadata=_help("reload + generate self-check of model/"))
 
     def check(self) -> None:
-        from swapprune.checkpoint import check_output_dir
+        from swapprune.artifacts import check_output_dir
         from swapprune.loading import resolve_dtype
 
         if self.save_dtype is not None:

@@ -118,7 +118,7 @@ def calibrate(r: Recipe, model, tok):
 
 
 def score(r: Recipe, model, source, calibration):
-    from swapprune.scoring import score as probe
+    from swapprune.engine.scoring import score as probe
 
     s, c = r.score, r.calibration
     return probe(model, calibration=calibration, protocols=s.protocols, pairs=s.pairs,
@@ -129,9 +129,9 @@ def score(r: Recipe, model, source, calibration):
 def select(r: Recipe, request, model, tok, source, calibration, scores):
     """The plan: chosen by the prune stage, or the identity plan when there is none."""
     from swapprune.architectures import decoder_stack
+    from swapprune.engine.scores import ScoreResult
     from swapprune.plan import PrunePlan
     from swapprune.pruning import plan_pruning
-    from swapprune.scores import ScoreResult
 
     if request is None:
         return PrunePlan.from_removal(decoder_stack(model).num_layers, [], model=source.id)
@@ -181,7 +181,7 @@ class Run:
         self.scores = None
         self.start = time.perf_counter()
         if recipe.export:
-            from swapprune.checkpoint import check_output_dir
+            from swapprune.artifacts import check_output_dir
 
             self.out = check_output_dir(recipe.export.output, recipe.export.overwrite)
 
@@ -206,7 +206,7 @@ class Run:
         if request is not None:
             request.validate(num_layers)
         if self.recipe.score:
-            from swapprune.protocols import parse_pairs
+            from swapprune.engine.plans import parse_pairs
 
             parse_pairs(self.recipe.score.pairs, num_layers)
 
@@ -268,7 +268,8 @@ class Run:
         self.metrics.update(plan=plan.describe(), versions=versions(),
                             total_s=round(time.perf_counter() - self.start, 2))
         if self.recipe.export:
-            from swapprune.checkpoint import _apply_umask, _move_into_place
+            from swapprune.artifacts import apply_umask as _apply_umask
+            from swapprune.artifacts import move_into_place as _move_into_place
 
             d = self.workdir()
             (d / "recipe.yaml").write_text(self.recipe.to_yaml())
@@ -306,7 +307,7 @@ def _summary(name: str, out) -> str:
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from swapprune.checkpoint import _versions
+    from swapprune.artifacts import versions as _versions
 
     v = _versions()
     for dist in ("peft", "optimum-quanto", "accelerate"):

@@ -10,7 +10,8 @@ the kept blocks. Every config change is logged as ``key: old -> new``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -188,3 +189,35 @@ def _check_config_round_trip(config, count_key: str, kept_types: list[str]) -> N
         raise SwappruneError(
             f"config round trip changed layer_types: {list(reread.layer_types)} != {kept_types}"
         )
+
+
+@contextmanager
+def pruned_view(model: nn.Module, plan: Sequence[int]) -> Iterator[nn.Module]:
+    """Temporarily make ``model`` run the blocks of ``plan``, in order; restores all on exit.
+
+    A zero-copy view (blocks keep their original ``layer_idx``, so the KV cache is
+    switched off for the duration): used to evaluate a removal without a copy,
+    and by the reference implementation of the probes.
+    """
+    stack = decoder_stack(model)
+    parent_path, attr = stack.spec.blocks.rsplit(".", 1)
+    parent = get_submodule(model, parent_path)
+    config = model.config
+    old_blocks = getattr(parent, attr)
+    old_count = getattr(config, stack.spec.count_key)
+    old_types = getattr(config, TYPE_KEY, None)
+    types = stack.layer_types()
+    old_cache = getattr(config, "use_cache", None)
+    setattr(parent, attr, nn.ModuleList([old_blocks[b] for b in plan]))
+    setattr(config, stack.spec.count_key, len(plan))
+    config.use_cache = False
+    if old_types is not None:
+        setattr(config, TYPE_KEY, [types[b] for b in plan])
+    try:
+        yield model
+    finally:
+        setattr(parent, attr, old_blocks)
+        setattr(config, stack.spec.count_key, old_count)
+        config.use_cache = old_cache
+        if old_types is not None:
+            setattr(config, TYPE_KEY, old_types)

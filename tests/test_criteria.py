@@ -5,7 +5,7 @@ import pytest
 
 from swapprune import criteria
 from swapprune.errors import SwappruneError
-from swapprune.scores import ScoreResult
+from swapprune.engine.scores import ScoreResult
 
 
 def table(repl, inter):

@@ -14,8 +14,8 @@ import torch
 import torch.multiprocessing as mp
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune.distributed import merge_results, merge_timing, score_sharded, shard_env
-from swapprune.scoring import score
+from swapprune.engine.sharding import merge_results, merge_timing, score_sharded, shard_env
+from swapprune.engine.scoring import score
 
 KWARGS = dict(pairs="all", protocols="replacement,interchange,deletion", batch_size=2,
               n_boot=100, seed=3)
@@ -90,7 +90,7 @@ def test_torchrun_subprocess(tmp_path, reference):
         f"sys.path.insert(0, {str(tests)!r})\n"
         "torch.set_num_threads(1)\n"
         "from tiny_models import tiny_model, tiny_ids\n"
-        "from swapprune.distributed import score_sharded\n"
+        "from swapprune.engine.sharding import score_sharded\n"
         f"score_sharded(tiny_model({FAMILY!r}), out=sys.argv[1], calibration=tiny_ids(n=5, t=10, seed=1),\n"
         f"              progress=False, **{KWARGS!r})\n"
     )

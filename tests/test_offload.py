@@ -4,7 +4,7 @@ import numpy as np
 from tiny_models import save_tiny, tiny_ids, tiny_model
 from transformers import AutoModelForCausalLM
 
-from swapprune.scoring import score
+from swapprune.engine.scoring import score
 
 
 def test_disk_offloaded_blocks_score_like_in_memory(tmp_path):

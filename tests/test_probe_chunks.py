@@ -17,9 +17,9 @@ import torch
 from tiny_models import tiny_ids, tiny_model
 
 from swapprune import naive
-from swapprune.probe import ProbeEngine, Unit
-from swapprune.protocols import deletion_plan, pair_probe_plans
-from swapprune.scoring import score
+from swapprune.engine.probes import ProbeEngine, Unit
+from swapprune.engine.plans import deletion_plan, pair_probe_plans
+from swapprune.engine.scoring import score
 
 PROTOCOLS = ("replacement", "interchange")
 UNITS = [Unit(0, 1), Unit(1, 4), Unit(3, 4), Unit(2)]

@@ -11,7 +11,7 @@ from tiny_models import tiny_ids, tiny_model, tiny_tokenizer
 from swapprune import criteria
 from swapprune.calibration import Calibration
 from swapprune.naive import plan_logits
-from swapprune.oracle import CalibrationOracle
+from swapprune.engine.oracle import CalibrationOracle
 from swapprune.pruning import PruneRequest, plan_pruning, prune
 
 IDS = tiny_ids(6, 24, seed=3)

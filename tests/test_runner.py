@@ -5,7 +5,7 @@ import torch
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 
 from swapprune.naive import plan_logits
-from swapprune.runner import PlanRunner
+from swapprune.engine.runner import PlanRunner
 
 PLANS = [
     (0, 2, 1, 3, 4, 5),  # adjacent interchange

@@ -9,9 +9,9 @@ from tiny_models import FAMILIES, tiny_ids, tiny_model
 
 from swapprune.errors import SwappruneError
 from swapprune.naive import kl_per_window, plan_logits
-from swapprune.protocols import deletion_plan, interchange_plan, replacement_plan
-from swapprune.scores import ScoreResult
-from swapprune.scoring import score
+from swapprune.engine.plans import deletion_plan, interchange_plan, replacement_plan
+from swapprune.engine.scores import ScoreResult
+from swapprune.engine.scoring import score
 
 PAIRS = [(1, 2), (0, 3), (2, 5)]  # adjacent, non-adjacent; (2, 5) crosses Gemma3 types
 
@@ -112,7 +112,7 @@ def test_cross_class_swap_refused():
 
 
 def test_both_modes_from_one_pass_equal_separate_runs():
-    from swapprune.scoring import score_modes
+    from swapprune.engine.scoring import score_modes
 
     model, ids = tiny_model("gemma2"), tiny_ids(4, 16)
     both = score_modes(model, calibration=ids, modes=("last", "all"), pairs="gap:2", progress=False)

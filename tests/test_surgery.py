@@ -211,15 +211,35 @@ def test_checkpoint_contents(tmp_path):
     assert prov["created"]
 
 
-def test_overwrite_replaces_an_existing_checkpoint(tmp_path):
-    out = tmp_path / "ckpt"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
+def test_overwrite_replaces_only_an_earlier_swapprune_output(tmp_path):
     model = tiny_model("llama")
     plan = PrunePlan.from_removal(6, [0])
     apply_plan(model, plan, log=lambda _: None)
+    unrelated = tmp_path / "mine"
+    unrelated.mkdir()
+    (unrelated / "notes.txt").write_text("keep me")
+    with pytest.raises(SwappruneError, match="only a directory that swapprune wrote"):
+        _save(model, plan, unrelated, overwrite=True, selfcheck=False)
+    assert (unrelated / "notes.txt").read_text() == "keep me"
+
+    out = tmp_path / "ckpt"
+    _save(model, plan, out, selfcheck=False)
+    (out / "stale.txt").write_text("old")
     _save(model, plan, out, overwrite=True, selfcheck=False)
     assert not (out / "stale.txt").exists() and (out / "model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "mine"]
+
+
+def test_stale_partials_of_dead_processes_are_removed(tmp_path):
+    model = tiny_model("llama")
+    plan = PrunePlan.from_removal(6, [0])
+    apply_plan(model, plan, log=lambda _: None)
+    dead = tmp_path / ".ckpt.partial-999999999-abc"  # no such pid
+    dead.mkdir()
+    (dead / "model.safetensors").write_text("half")
+    legacy = tmp_path / ".ckpt.partial-xyz"  # written before partials carried a pid
+    legacy.mkdir()
+    _save(model, plan, tmp_path / "ckpt", selfcheck=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 

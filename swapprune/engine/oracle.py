@@ -7,7 +7,7 @@ removal set, without modifying the model:
 * ``similarity(removed)``: per-block Block Influence and angular distances of
   the hidden states of the pruned model.
 
-It is built on :class:`~swapprune.runner.PlanRunner`, so a pruned model whose
+It is built on :class:`~swapprune.engine.runner.PlanRunner`, so a pruned model whose
 first removed block is ``s`` reuses the base model's states up to slot ``s``.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from swapprune.probe import kl_rows
-from swapprune.runner import PlanRunner
+from swapprune.engine.probes import kl_rows
+from swapprune.engine.runner import PlanRunner
 
 COST_METRICS = ("ppl", "kl")
 

@@ -17,10 +17,10 @@ import torch
 from swapprune import __version__
 from swapprune.architectures import decoder_stack
 from swapprune.calibration import Calibration, load_calibration
+from swapprune.engine.plans import PAIR_PROTOCOLS, parse_pairs, parse_protocols
+from swapprune.engine.probes import ProbeEngine, Unit
+from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError, unknown_name
-from swapprune.probe import ProbeEngine, Unit
-from swapprune.protocols import PAIR_PROTOCOLS, parse_pairs, parse_protocols
-from swapprune.scores import ScoreResult
 
 POSITIONS = ("last", "all")
 # Meta fields that must match for a rerun to resume from an existing file.

@@ -5,7 +5,7 @@ window, :class:`ProbeEngine` returns ``KL(p_base || p_modified)`` in nats at
 the measured positions (``last``: the final position of each window; ``all``:
 the mean over every position). Work is bounded by
 
-* prefix reuse and slot sharing (:class:`~swapprune.runner.PlanRunner`),
+* prefix reuse and slot sharing (:class:`~swapprune.engine.runner.PlanRunner`),
 * applying the final norm and LM head only at measured positions,
 * a cache budget: windows are processed in chunks whose cached hidden states
   and base logits fit in ``cache_bytes``.
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from swapprune.protocols import deletion_plan, pair_probe_plans
-from swapprune.runner import BatchCache, PlanRunner
+from swapprune.engine.plans import deletion_plan, pair_probe_plans
+from swapprune.engine.runner import BatchCache, PlanRunner
 
 # Rows of [rows, vocab] log-softmax computed at once; bounds the temporaries
 # of the KL to ~rows * V * 8 bytes * 5. On CPU the rows are fewer, so that the

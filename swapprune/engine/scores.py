@@ -13,16 +13,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from swapprune.artifacts import write_json_atomic
 from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
 
-SCHEMA = "swapprune.scores/1"
+SCHEMA = "swapprune.engine.scores/1"
 
 # Paper's bands on d_repl (last-position KL, nats).
 STRONG, CONDITIONAL = 0.05, 0.10
@@ -185,26 +185,6 @@ class ScoreResult:
         except (OSError, json.JSONDecodeError) as e:
             raise SwappruneError(f"cannot read scores file {path}: {e}") from None
         return cls.from_dict(data)
-
-
-def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Write JSON to ``path`` via a temp file in the same directory and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    # mkstemp makes the file owner-only; give it the permissions a plain open() would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def summarize(rows: list[dict], pairs: dict, idx) -> dict:
