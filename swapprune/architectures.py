@@ -82,6 +82,47 @@ SLIDING_PATTERN_KEYS = ("sliding_window_pattern", "_sliding_window_pattern")
 INDEX_DEPENDENT_KEYS = {"scale_attn_by_inverse_layer_idx": False, "decoder_sparse_step": 1}
 
 
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What swapprune needs to know about a model, read once from its config.
+
+    Attributes:
+        model_type: ``config.model_type``.
+        num_layers: number of decoder blocks.
+        context_length: longest input in tokens, or ``None`` when the config has none.
+        hidden_size: width of the residual stream, or ``None``.
+        layer_types: per-block attention type when the config lists them.
+    """
+
+    model_type: str
+    num_layers: int
+    context_length: int | None = None
+    hidden_size: int | None = None
+    layer_types: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_config(cls, config) -> ModelFacts:
+        """Facts of a ``transformers`` config (no weights needed)."""
+        config = getattr(config, "text_config", None) or config
+        model_type = getattr(config, "model_type", "")
+        spec = ARCHITECTURES.get(model_type)
+        count = int(getattr(config, spec.count_key if spec else _count_key(config)))
+        ctx = next((int(v) for k in _CONTEXT_KEYS
+                    if isinstance(v := getattr(config, k, None), int) and v > 0), None)
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+        types = getattr(config, TYPE_KEY, None)
+        return cls(model_type=model_type, num_layers=count, context_length=ctx,
+                   hidden_size=hidden, layer_types=tuple(types) if types else None)
+
+
+def context_length(config) -> int | None:
+    """The model's context length from its config (``None`` if it states none)."""
+    return ModelFacts.from_config(config).context_length
+
+
 def get_submodule(root: nn.Module, path: str) -> nn.Module | None:
     """Return ``root.<path>`` or ``None`` when any step is missing."""
     mod: object = root

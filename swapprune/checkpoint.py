@@ -44,31 +44,21 @@ def save_checkpoint(
     plan: PrunePlan,
     out_dir: str | Path,
     *,
-    save_dtype: torch.dtype | None = None,
     overwrite: bool = False,
-    provenance: dict[str, Any],
-    base_model_id: str,
-    selfcheck: bool = True,
-    check_ids: torch.Tensor | None = None,
-    card_extra: list[str] | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any]:
     """Write the pruned ``model`` as a checkpoint in ``out_dir`` and self-check it.
+
+    The directory is built in a hidden sibling and renamed into place only
+    after the self-check passed. ``kwargs`` are those of :func:`write_checkpoint`.
 
     Args:
         model: the pruned model (after :func:`swapprune.surgery.apply_plan`).
         tokenizer: its tokenizer, saved alongside (``None`` to skip).
         plan: the plan that was applied.
-        out_dir: destination directory (must be absent or empty unless ``overwrite``).
-        save_dtype: dtype of the saved weights; the model's own dtype when ``None``.
-            The in-memory model is not changed (the self-check then runs it on a
-            rounded copy of its weights, which costs one extra copy in memory).
-        overwrite: replace an existing non-empty ``out_dir``.
-        provenance: the command line / recipe that produced the model (recorded as given).
-        base_model_id: id of the unpruned model (model card ``base_model``, mergekit source).
-        selfcheck: reload and verify before the rename (recommended).
-        check_ids: token windows ``[B, T]`` for the logit check; a fixed seeded
-            sample of the vocabulary when ``None``.
-        card_extra: markdown lines added to the model card (e.g. the measured cost).
+        out_dir: destination directory (absent or empty, or an earlier swapprune
+            output with ``overwrite``).
+        overwrite: replace an earlier swapprune output in ``out_dir``.
 
     Returns:
         The self-check results (also written to ``provenance.json``).
@@ -78,6 +68,46 @@ def save_checkpoint(
         SelfCheckError: the reloaded checkpoint differs (nothing left in place).
     """
     out = check_output_dir(out_dir, overwrite)
+    with staging_dir(out) as tmp:
+        return write_checkpoint(model, tokenizer, plan, tmp, **kwargs)
+
+
+def write_checkpoint(
+    model: nn.Module,
+    tokenizer,
+    plan: PrunePlan,
+    directory: Path,
+    *,
+    save_dtype: torch.dtype | None = None,
+    provenance: dict[str, Any],
+    base_model_id: str,
+    selfcheck: bool = True,
+    check_ids: torch.Tensor | None = None,
+    card_extra: list[str] | None = None,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the checkpoint files into the existing (staging) ``directory`` and self-check them.
+
+    Args:
+        model: the pruned model.
+        tokenizer: its tokenizer (``None`` to skip).
+        plan: the plan that was applied.
+        directory: where to write (the caller renames it into place).
+        save_dtype: dtype of the saved weights; the model's own dtype when ``None``.
+            The in-memory model is not changed (the self-check then runs it on a
+            rounded copy of its weights, which costs one extra copy in memory).
+        provenance: the command line / configuration that produced the model.
+        base_model_id: id of the unpruned model (model card ``base_model``, mergekit source).
+        selfcheck: reload and verify (recommended).
+        check_ids: token windows ``[B, T]`` for the logit check; a fixed seeded
+            sample of the vocabulary when ``None``.
+        card_extra: markdown lines added to the model card (e.g. the measured cost).
+        record: further top-level fields of ``provenance.json``.
+
+    Returns:
+        The self-check results.
+    """
+    tmp = Path(directory)
     start = time.perf_counter()
     model_dtype = next(model.parameters()).dtype
     save_dtype = save_dtype or model_dtype
@@ -93,24 +123,23 @@ def save_checkpoint(
         model.train(was_training)
 
     dtype_name = str(save_dtype).removeprefix("torch.")
-    with staging_dir(out) as tmp:
-        with gguf_marker_cleared(model):
-            _save_model(model, tmp, save_dtype)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        plan.to_json(tmp / "plan.json")
-        (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))
-        (tmp / "README.md").write_text(model_card(plan, base_model_id, card_extra))
-        if selfcheck:
-            results = _selfcheck(tmp, model, check_ids, reference, model_dtype)
-        else:
-            results = {"skipped": True}
-        results["wall_s"] = round(time.perf_counter() - start, 3)
-        record = make_provenance(
-            base_model=base_model_id, invocation=provenance, plan=plan.describe(),
-            save_dtype=dtype_name, selfcheck=results,
-        )
-        write_json_atomic(tmp / PROVENANCE, record, indent=2)
+    with gguf_marker_cleared(model):
+        _save_model(model, tmp, save_dtype)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    plan.to_json(tmp / "plan.json")
+    (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))
+    (tmp / "README.md").write_text(model_card(plan, base_model_id, card_extra))
+    if selfcheck:
+        results = _selfcheck(tmp, model, check_ids, reference, model_dtype)
+    else:
+        results = {"skipped": True}
+    results["wall_s"] = round(time.perf_counter() - start, 3)
+    data = make_provenance(
+        base_model=base_model_id, invocation=provenance, plan=plan.describe(),
+        save_dtype=dtype_name, selfcheck=results, **(record or {}),
+    )
+    write_json_atomic(tmp / PROVENANCE, data, indent=2)
     return results
 
 
