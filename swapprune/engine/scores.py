@@ -3,9 +3,13 @@
 Pure numpy; no torch. ``ScoreResult.to_dict()`` produces the schema-versioned
 JSON written by ``swapprune score`` (distances, bootstrap CIs, directed
 replacement values, per-pair ``I/R``, gap-stratified summaries, rank CIs and the
-paper's regime call); ``ScoreResult.from_dict()`` reads it back, per-window
-values included, so any later stage (selection, comparison, resume) can start
-from the file.
+paper's regime call, :mod:`swapprune.regime`); ``ScoreResult.from_dict()`` reads
+it back, per-window values included, so any later stage (selection, comparison,
+resume) can start from the file.
+
+A window a pair was not measured on (adaptive calibration spends windows only
+on pairs that can still change the selection) holds ``nan`` (``null`` in the
+JSON); every mean here skips it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,14 +26,21 @@ import numpy as np
 from swapprune.artifacts import write_json_atomic
 from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
+from swapprune.regime import regime
 
 SCHEMA = "swapprune.engine.scores/1"
 
-# Paper's bands on d_repl (last-position KL, nats).
-STRONG, CONDITIONAL = 0.05, 0.10
-# I/R below this on the median adjacent pair is called divergent (our choice:
-# the paper's divergent models sit at 0.21-0.55, its tie model at ~1.0).
-DIVERGENT_IR = 0.7
+
+def _mean(x, axis=None):
+    """Mean that skips windows not measured (``nan``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(x, axis=axis)
+
+
+def _windows(x: np.ndarray) -> list:
+    """Per-window values for JSON: ``nan`` (not measured) becomes ``null``."""
+    return [None if math.isnan(v) else v for v in np.asarray(x, dtype=float).tolist()]
 
 
 def _ci(samples: np.ndarray) -> list[float]:
@@ -67,7 +79,7 @@ class ScoreResult:
         """``(D(i<-j), D(j<-i))`` for a scored pair (any order of i, j)."""
         a, b = (i, j) if i < j else (j, i)
         v = self.pairs[(a, b)]
-        d = (float(np.mean(v["repl_ij"])), float(np.mean(v["repl_ji"])))
+        d = (float(_mean(v["repl_ij"])), float(_mean(v["repl_ji"])))
         return d if i < j else d[::-1]
 
     def distance(self, protocol: str, i: int, j: int, mode: str = "max") -> float:
@@ -79,12 +91,12 @@ class ScoreResult:
         if protocol == "replacement":
             if "repl_ij" not in v:
                 raise SwappruneError("replacement was not scored")
-            a, b = float(np.mean(v["repl_ij"])), float(np.mean(v["repl_ji"]))
+            a, b = float(_mean(v["repl_ij"])), float(_mean(v["repl_ji"]))
             return max(a, b) if mode == "max" else (a + b) / 2
         if protocol == "interchange":
             if "inter" not in v:
                 raise SwappruneError("interchange was not scored")
-            return float(np.mean(v["inter"]))
+            return float(_mean(v["inter"]))
         raise SwappruneError(f"'{protocol}' is not a pair protocol")
 
     def protocols(self) -> list[str]:
@@ -111,8 +123,8 @@ class ScoreResult:
         for i in sorted(self.deletion):
             v = self.deletion[i]
             deletion_rows.append(
-                {"layer": i, "distance": float(v.mean()), "ci": _ci(v[idx].mean(-1)),
-                 "per_window": v.tolist()}
+                {"layer": i, "distance": float(_mean(v)), "ci": _ci(_mean(v[idx], -1)),
+                 "per_window": _windows(v)}
             )
         out = {
             "schema": SCHEMA,
@@ -123,7 +135,7 @@ class ScoreResult:
             "pairs": pair_rows,
             "deletion": deletion_rows,
         }
-        out["summary"] = summarize(pair_rows, self.pairs, idx)
+        out["summary"] = summarize(pair_rows, self.pairs, idx, self.meta.get("positions"))
         return out
 
     @staticmethod
@@ -132,23 +144,24 @@ class ScoreResult:
                      "crosses_types": types[i] != types[j]}
         if "repl_ij" in v:
             a, b = v["repl_ij"], v["repl_ji"]
-            ba, bb = a[idx].mean(-1), b[idx].mean(-1)
+            ba, bb = _mean(a[idx], -1), _mean(b[idx], -1)
+            ma, mb = float(_mean(a)), float(_mean(b))
             row["replacement"] = {
-                "distance": float(max(a.mean(), b.mean())),
-                "mean": float((a.mean() + b.mean()) / 2),
-                "directed": [float(a.mean()), float(b.mean())],
+                "distance": max(ma, mb),
+                "mean": (ma + mb) / 2,
+                "directed": [ma, mb],
                 "ci": _ci(np.maximum(ba, bb)),
                 "directed_ci": [_ci(ba), _ci(bb)],
-                "per_window": [a.tolist(), b.tolist()],
+                "per_window": [_windows(a), _windows(b)],
             }
         if "inter" in v:
             c = v["inter"]
-            row["interchange"] = {"distance": float(c.mean()), "ci": _ci(c[idx].mean(-1)),
-                                  "per_window": c.tolist()}
+            row["interchange"] = {"distance": float(_mean(c)), "ci": _ci(_mean(c[idx], -1)),
+                                  "per_window": _windows(c)}
         if "repl_ij" in v and "inter" in v:
             d_r, d_i = row["replacement"]["distance"], row["interchange"]["distance"]
-            boot_r = np.maximum(v["repl_ij"][idx].mean(-1), v["repl_ji"][idx].mean(-1))
-            boot_i = v["inter"][idx].mean(-1)
+            boot_r = np.maximum(_mean(v["repl_ij"][idx], -1), _mean(v["repl_ji"][idx], -1))
+            boot_i = _mean(v["inter"][idx], -1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 row["ir_ratio"] = {"value": _f(d_i / d_r) if d_r > 0 else None,
                                    "ci": _ci(boot_i / boot_r)}
@@ -170,12 +183,12 @@ class ScoreResult:
             v = {}
             if "replacement" in row:
                 a, b = row["replacement"]["per_window"]
-                v["repl_ij"], v["repl_ji"] = np.asarray(a), np.asarray(b)
+                v["repl_ij"], v["repl_ji"] = _array(a), _array(b)
             if "interchange" in row:
-                v["inter"] = np.asarray(row["interchange"]["per_window"])
+                v["inter"] = _array(row["interchange"]["per_window"])
             res.pairs[(row["i"], row["j"])] = v
         for row in data.get("deletion", []):
-            res.deletion[row["layer"]] = np.asarray(row["per_window"])
+            res.deletion[row["layer"]] = _array(row["per_window"])
         return res
 
     @classmethod
@@ -187,8 +200,13 @@ class ScoreResult:
         return cls.from_dict(data)
 
 
-def summarize(rows: list[dict], pairs: dict, idx) -> dict:
-    """Gap-stratified protocol gap, rank CIs, and the regime call."""
+def _array(values: list) -> np.ndarray:
+    """Per-window values from JSON (``null`` -> ``nan``)."""
+    return np.asarray([np.nan if v is None else v for v in values], dtype=float)
+
+
+def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) -> dict:
+    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.regime`)."""
     both = [r for r in rows if "replacement" in r and "interchange" in r]
     summary: dict = {}
     if both:
@@ -206,7 +224,7 @@ def summarize(rows: list[dict], pairs: dict, idx) -> dict:
                     [r["interchange"]["distance"] <= r["replacement"]["distance"] for r in rs])),
             })
         summary["by_gap"] = by_gap
-        summary["regime"] = regime(both)
+        summary["regime"] = regime(pairs, idx, positions)
     if rows and idx is not None:
         summary["ranking"] = _rank_ci(rows, pairs, idx)
     return summary
@@ -217,8 +235,9 @@ def _rank_ci(rows, pairs, idx) -> dict:
     out = {}
     keys = [(r["i"], r["j"]) for r in rows]
     for proto, fn in (
-        ("replacement", lambda v: np.maximum(v["repl_ij"][idx].mean(-1), v["repl_ji"][idx].mean(-1))),
-        ("interchange", lambda v: v["inter"][idx].mean(-1)),
+        ("replacement", lambda v: np.maximum(_mean(v["repl_ij"][idx], -1),
+                                             _mean(v["repl_ji"][idx], -1))),
+        ("interchange", lambda v: _mean(v["inter"][idx], -1)),
     ):
         if not all(("repl_ij" if proto == "replacement" else "inter") in pairs[k] for k in keys):
             continue
@@ -233,27 +252,3 @@ def _rank_ci(rows, pairs, idx) -> dict:
         ]
     return out
 
-
-def regime(rows: list[dict]) -> dict:
-    """The paper's decision rule, called on adjacent pairs (all scored pairs if none).
-
-    ``divergent``: replacement not small (median d_repl >= 0.05) and interchange
-    well below it (median I/R < 0.7): prefer interchange-guided selection.
-    ``both-high``: otherwise, interchange itself >= 0.10: swap scores alone are
-    weak. ``tie-like``: both low, or I/R near 1: either protocol.
-    """
-    adj = [r for r in rows if r["gap"] == 1] or rows
-    d_r = float(np.median([r["replacement"]["distance"] for r in adj]))
-    d_i = float(np.median([r["interchange"]["distance"] for r in adj]))
-    irs = [r["ir_ratio"]["value"] for r in adj if r["ir_ratio"]["value"] is not None]
-    ir = float(np.median(irs)) if irs else float("nan")
-    if ir < DIVERGENT_IR and d_r >= STRONG:
-        call, advice = "divergent", "prefer interchange-guided selection"
-    elif d_i >= CONDITIONAL:
-        call, advice = "both-high", "swap scores alone are weak; add calibration data or another signal"
-    else:
-        call, advice = "tie-like", "either protocol; a calibrated iterative method (sleb) may win at larger budgets"
-    return {"call": call, "advice": advice, "pairs_used": len(adj),
-            "median_replacement": d_r, "median_interchange": d_i, "median_ir": _f(ir),
-            "thresholds": {"high": CONDITIONAL, "repl_floor": STRONG, "divergent_ir": DIVERGENT_IR},
-            "note": "bands calibrated by the paper on last-position KL"}
