@@ -41,10 +41,42 @@ def _kl_chunk(rows: torch.Tensor) -> int:
 
 @dataclass(frozen=True)
 class Unit:
-    """One thing to probe: a pair ``(i, j)`` or a layer ``(i, None)`` for deletion."""
+    """One thing to probe: a pair ``(i, j)`` or a layer ``(i, None)`` for deletion.
+
+    ``protocols``: the pair protocols to run for this unit only (``None``: the
+    run's), e.g. a protocol added to pairs scored earlier without it.
+    """
 
     i: int
     j: int | None = None
+    protocols: tuple[str, ...] | None = None
+
+
+@dataclass
+class PartialUnit:
+    """A unit's values so far: ``values[mode][plan_key]`` ``[N]`` (NaN where not run yet)
+    and ``done`` ``[N]``, the windows measured."""
+
+    values: dict[str, dict[str, np.ndarray]]
+    done: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int, modes: Sequence[str], keys: Sequence[str]) -> PartialUnit:
+        return cls({m: {k: np.full(n, math.nan) for k in keys} for m in modes},
+                   np.zeros(n, dtype=bool))
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.done.all())
+
+    def keys(self, modes: Sequence[str]) -> list[str] | None:
+        if set(self.values) != set(modes):
+            return None
+        return list(self.values[modes[0]])
+
+    def copy(self) -> PartialUnit:
+        return PartialUnit({m: {k: v.copy() for k, v in d.items()} for m, d in self.values.items()},
+                           self.done.copy())
 
 
 def kl_rows(base_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -119,7 +151,16 @@ class ProbeEngine:
     def unit_plans(self, unit: Unit, protocols: Sequence[str]) -> dict[str, tuple[int, ...]]:
         if unit.j is None:
             return {"delete": deletion_plan(self.L, unit.i)}
-        return pair_probe_plans(self.L, unit.i, unit.j, tuple(protocols))
+        return pair_probe_plans(self.L, unit.i, unit.j, tuple(unit.protocols or protocols))
+
+    def work(self, units: Sequence[Unit], resume: dict[Unit, PartialUnit] | None = None) -> int:
+        """How many (unit, chunk) steps :meth:`run` will take."""
+        resume = resume or {}
+        total = 0
+        for unit in units:
+            done = resume[unit].done if unit in resume else None
+            total += sum(done is None or not done[a:b].all() for a, b in self.chunks)
+        return total
 
     @torch.no_grad()
     def run(
@@ -128,25 +169,63 @@ class ProbeEngine:
         protocols: Sequence[str],
         on_unit_done: Callable[[Unit, dict[str, dict[str, np.ndarray]]], None],
         progress: Callable[[int], None] | None = None,
+        on_chunk_done: Callable[[Unit, PartialUnit, bool], None] | None = None,
+        resume: dict[Unit, PartialUnit] | None = None,
     ) -> None:
-        """Probe every unit; ``on_unit_done(unit, {mode: {plan_key: kl[N]}})`` fires when complete."""
+        """Probe every unit; ``on_unit_done(unit, {mode: {plan_key: kl[N]}})`` fires when complete.
+
+        Windows run chunk by chunk (outer loop), every unit within a chunk
+        (inner loop), so a unit's values fill in one chunk at a time.
+
+        Args:
+            units: what to probe; a unit's own ``protocols`` override ``protocols``.
+            protocols: pair protocols for units that name none.
+            on_unit_done: called once per unit with all its windows measured.
+            progress: called with 1 after each (unit, chunk) run (see :meth:`work`).
+            on_chunk_done: ``(unit, values_so_far, chunk_end)`` after each (unit, chunk)
+                that did not complete the unit (for flushing to disk); ``chunk_end``
+                is true for the chunk's last unit.
+            resume: values measured earlier (same windows and batch size): windows
+                marked done are not run again, so the result is what one
+                uninterrupted run gives, bit for bit.
+        """
         n = self.input_ids.shape[0]
-        values: dict[Unit, dict[str, dict[str, np.ndarray]]] = {}
-        for c, (start, stop) in enumerate(self.chunks):
+        resume = resume or {}
+        state: dict[Unit, PartialUnit] = {}
+        for unit in units:
+            keys = list(self.unit_plans(unit, protocols))
+            old = resume.get(unit)
+            if old is not None and set(old.keys(self.modes) or ()) == set(keys):
+                state[unit] = old.copy()
+            else:
+                state[unit] = PartialUnit.empty(n, self.modes, keys)
+        for unit in units:
+            if state[unit].complete:
+                on_unit_done(unit, state.pop(unit).values)
+        for start, stop in self.chunks:
+            todo = [u for u in state if not state[u].done[start:stop].all()]
+            if not todo:
+                continue
             caches, base_logits = [], []
             for s in range(start, stop, self.batch_size):
-                cache = self.runner.capture(self.input_ids[s : min(stop, s + self.batch_size)])
+                e = min(stop, s + self.batch_size)
+                if all(state[u].done[s:e].all() for u in todo):
+                    continue  # measured before an interruption: no unit needs this batch
+                cache = self.runner.capture(self.input_ids[s:e])
                 caches.append((s, cache))
                 base_logits.append(self._logits(cache.hidden[-1]))
-            for unit in units:
+            for unit in todo:
                 plans = self.unit_plans(unit, protocols)
                 keys = list(plans)
-                store = values.setdefault(
-                    unit, {m: {k: np.full(n, math.nan) for k in keys} for m in self.modes})
+                part = state[unit]
                 for (s, cache), base in zip(caches, base_logits):
-                    self._run_unit(plans, keys, cache, base, store, s)
-                if c == len(self.chunks) - 1:
-                    on_unit_done(unit, values.pop(unit))
+                    if not part.done[s : s + cache.batch_size].all():
+                        self._run_unit(plans, keys, cache, base, part.values, s)
+                        part.done[s : s + cache.batch_size] = True
+                if part.complete:
+                    on_unit_done(unit, state.pop(unit).values)
+                elif on_chunk_done:
+                    on_chunk_done(unit, part, unit == todo[-1])
                 if progress:
                     progress(1)
             del caches, base_logits

@@ -1,12 +1,34 @@
 """``swapprune.score``: measure swap-KL probes on an in-memory model.
 
 Calibrate -> probe every pair (and layer, for deletion) -> :class:`ScoreResult`.
-With ``out`` the JSON is flushed atomically as units finish, and a rerun with
-the same settings resumes from it instead of starting over.
+
+With ``out`` the JSON is written atomically (temp file + rename) as work
+finishes: after every unit (a pair, or a layer for deletion), after every
+window chunk, at least every ``FLUSH_S`` seconds in between, and when the run
+is interrupted by an exception. A killed run therefore loses at most one
+chunk's work, and its file carries an ``incomplete`` record (the units in
+flight, with the windows already measured) until the run is finished.
+
+A rerun with ``out`` pointing at an existing file resumes from it:
+
+* the file must come from the same model (fingerprint; the ``model`` string
+  for files without one), model type, block count, dtype, positions mode and
+  calibration windows (source, prompts, tokens, seed and the windows' hash);
+  anything else is refused with one line naming the difference, and so is a
+  file that cannot be read; the file is never overwritten in either case;
+* pairs in the file that this run does not ask for are kept (the file's pair
+  set grows; it never shrinks);
+* the result covers the union of the file's and this run's protocols: a
+  protocol added on resume is probed for every pair in the file, so the file
+  never claims a protocol it has no values for;
+* units in flight resume at the windows where they stopped when the batch
+  size is the same (batches are then identical, so the values equal an
+  uninterrupted run's bit for bit); otherwise they restart.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,14 +39,21 @@ import torch
 from swapprune import __version__
 from swapprune.architectures import decoder_stack
 from swapprune.calibration import Calibration, load_calibration
-from swapprune.engine.plans import PAIR_PROTOCOLS, parse_pairs, parse_protocols
-from swapprune.engine.probes import ProbeEngine, Unit
+from swapprune.engine.plans import PAIR_PROTOCOLS, PROTOCOLS, parse_pairs, parse_protocols
+from swapprune.engine.probes import PartialUnit, ProbeEngine, Unit
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError, unknown_name
+from swapprune.fingerprint import fingerprint_difference, model_fingerprint
 
 POSITIONS = ("last", "all")
-# Meta fields that must match for a rerun to resume from an existing file.
-_RESUME_KEYS = ("model", "num_layers", "positions", "calibration", "dtype")
+# Within a window chunk, flush a unit's partial values at most this often (seconds):
+# each flush rewrites the whole file, including the summaries of finished pairs.
+FLUSH_S = 30.0
+# Meta fields that must match for a rerun to resume from an existing file (besides the model).
+_RESUME_KEYS = ("model_type", "num_layers", "dtype", "positions")
+_CALIBRATION_KEYS = ("source", "prompts", "tokens", "seed", "sha256")
+# Plan keys each pair protocol stores.
+_PLAN_KEYS = {"replacement": ("repl_ij", "repl_ji"), "interchange": ("inter",)}
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -119,6 +148,7 @@ def score_modes(
         "model": model_id or getattr(model.config, "_name_or_path", "") or type(model).__name__,
         "model_type": model.config.model_type,
         "num_layers": L,
+        "fingerprint": model_fingerprint(model),
         "calibration": calibration.describe(),
         "dtype": str(param.dtype).replace("torch.", ""),
         "protocols": list(protocols),
@@ -127,33 +157,53 @@ def score_modes(
         "swapprune_version": __version__,
     }
     results = {m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes}
-    if out is not None and Path(out).exists():
-        _resume(results[modes[0]], Path(out))
     first = results[modes[0]]
-
-    pair_protocols = tuple(p for p in protocols if p in PAIR_PROTOCOLS)
-    units = [Unit(i, j) for i, j in pair_list if pair_protocols and (i, j) not in first.pairs]
-    if "deletion" in protocols:
-        units += [Unit(i) for i in range(L) if i not in first.deletion]
+    in_flight: dict[Unit, PartialUnit] = {}
+    if out is not None and Path(out).exists():
+        in_flight = _resume(first, Path(out), batch_size)
+    units = _units(first, pair_list, L)
+    pair_protocols = tuple(p for p in first.meta["protocols"] if p in PAIR_PROTOCOLS)
     rank, world = shard
     units = units[rank::world]
+    in_flight = {u: p for u, p in in_flight.items() if u in units}
+    remaining = set(units)
 
     engine = ProbeEngine(model, calibration.input_ids, modes, batch_size, cache_gb * 1e9)
     start = time.perf_counter()
+    flushed = [start]
+    writes = out is not None and world == 1
+
+    def flush(force: bool) -> None:
+        if not writes or not (force or time.perf_counter() - flushed[0] >= FLUSH_S):
+            return
+        first.meta["incomplete"] = _incomplete_record(in_flight, len(remaining), modes[0], batch_size)
+        first.save(out)
+        flushed[0] = time.perf_counter()
 
     def done(unit: Unit, values: dict[str, dict[str, np.ndarray]]) -> None:
+        in_flight.pop(unit, None)
+        remaining.discard(unit)
         for mode, v in values.items():
             if unit.j is None:
                 results[mode].deletion[unit.i] = v["delete"]
             else:
-                results[mode].pairs[(unit.i, unit.j)] = v
-        if out is not None and world == 1:
-            first.save(out)
+                results[mode].pairs.setdefault((unit.i, unit.j), {}).update(v)
+        flush(force=True)
+
+    def chunk_done(unit: Unit, part: PartialUnit, chunk_end: bool) -> None:
+        in_flight[unit] = part
+        flush(force=chunk_end)
 
     if units:
-        bar = _progress(len(units) * len(engine.chunks), "probing", progress)
+        bar = _progress(engine.work(units, in_flight), "probing", progress)
         try:
-            engine.run(units, pair_protocols, done, progress=bar.update)
+            engine.run(units, pair_protocols, done, progress=bar.update, on_chunk_done=chunk_done,
+                       resume=in_flight)
+        except BaseException:
+            # Keep what was measured (Ctrl-C, out of memory, a failing callback...).
+            if in_flight:
+                flush(force=True)
+            raise
         finally:
             bar.close()
     timing = {
@@ -165,7 +215,9 @@ def score_modes(
     }
     for r in results.values():
         r.meta["timing"] = timing
-    if out is not None and world == 1:
+    for r in results.values():
+        r.meta.pop("incomplete", None)
+    if writes:
         first.save(out)
     return results
 
@@ -181,13 +233,137 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
     return load_calibration(tokenizer, calib, prompts, tokens, seed, ctx)
 
 
-def _resume(result: ScoreResult, path: Path) -> None:
-    """Adopt finished units from ``path`` if it was made with the same settings."""
+def _units(result: ScoreResult, pair_list: list[tuple[int, int]], num_layers: int) -> list[Unit]:
+    """What is left to probe for ``result`` to cover its protocols on every pair and layer.
+
+    A pair scored earlier without one of the protocols gets a unit for just the missing ones.
+    """
+    protocols = result.meta["protocols"]
+    pair_protocols = tuple(p for p in protocols if p in PAIR_PROTOCOLS)
+    units = []
+    if pair_protocols:
+        for i, j in list(dict.fromkeys([*pair_list, *sorted(result.pairs)])):
+            have = result.pairs.get((i, j))
+            if have is None:
+                units.append(Unit(i, j))
+                continue
+            missing = tuple(p for p in pair_protocols if not set(_PLAN_KEYS[p]) <= set(have))
+            if missing:
+                units.append(Unit(i, j, missing))
+    if "deletion" in protocols:
+        units += [Unit(i) for i in range(num_layers) if i not in result.deletion]
+    return units
+
+
+def _incomplete_record(in_flight: dict[Unit, PartialUnit], left: int, mode: str,
+                       batch_size: int) -> dict:
+    """The ``incomplete`` meta record of a file written before the run finished."""
+    partial = []
+    for unit, part in in_flight.items():
+        values = part.values[mode]
+        partial.append({
+            "i": unit.i, "j": unit.j,
+            "protocols": list(unit.protocols) if unit.protocols else None,
+            "done": _ranges(part.done),
+            "values": {k: [float(x) if d else None for x, d in zip(v, part.done)]
+                       for k, v in values.items()},
+        })
+    return {"note": "written by an unfinished run; rerun the same command to finish it",
+            "units_left": left, "batch_size": batch_size, "partial_units": partial}
+
+
+def _ranges(mask: np.ndarray) -> list[list[int]]:
+    """``[[start, stop), ...]`` of the True runs of ``mask``."""
+    out: list[list[int]] = []
+    for k in np.flatnonzero(mask).tolist():
+        if out and out[-1][1] == k:
+            out[-1][1] = k + 1
+        else:
+            out.append([k, k + 1])
+    return out
+
+
+def settings_difference(old: dict, new: dict) -> str | None:
+    """The first setting that differs between two scores files' meta, in words (``None``: same)."""
+    if old.get("fingerprint") and new.get("fingerprint"):
+        diff = fingerprint_difference(old["fingerprint"], new["fingerprint"])
+        if diff:
+            return f"model: {diff}"
+    elif old.get("model") != new.get("model"):
+        return f"model {old.get('model')!r} vs {new.get('model')!r}"
+    for key in _RESUME_KEYS:
+        if old.get(key) != new.get(key):
+            return f"{key} {old.get(key)!r} vs {new.get(key)!r}"
+    oc, nc = old.get("calibration") or {}, new.get("calibration") or {}
+    for key in _CALIBRATION_KEYS:
+        if oc.get(key) != nc.get(key):
+            return f"calibration {key} {oc.get(key)!r} vs {nc.get(key)!r}"
+    return None
+
+
+def _resume(result: ScoreResult, path: Path, batch_size: int) -> dict[Unit, PartialUnit]:
+    """Adopt what ``path`` holds, or refuse it; returns the units it left in flight.
+
+    Raises:
+        SwappruneError: the file cannot be read, is not a scores file, is
+            inconsistent, or comes from different settings (nothing is written).
+    """
+    hint = "move it away or choose another output file"
     try:
         old = ScoreResult.load(path)
-    except SwappruneError:
-        return
-    if any(old.meta.get(k) != result.meta.get(k) for k in _RESUME_KEYS):
-        return
+    except SwappruneError as e:
+        raise SwappruneError(f"cannot resume: {e}; {hint}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise SwappruneError(
+            f"cannot resume: {path} is not a complete scores file ({type(e).__name__}: {e}); {hint}"
+        ) from None
+    diff = settings_difference(old.meta, result.meta)
+    if diff:
+        raise SwappruneError(
+            f"cannot resume: {path} was scored with different settings ({diff}); "
+            "rerun with its settings, or " + hint
+        )
+    n, L = result.meta["calibration"]["prompts"], result.num_layers
+    try:
+        _check_values(old, n, L)
+        in_flight = _in_flight(old.meta.get("incomplete"), n, batch_size, result.meta["positions"])
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise SwappruneError(f"cannot resume: {path} is inconsistent ({e}); {hint}") from None
     result.pairs.update(old.pairs)
     result.deletion.update(old.deletion)
+    claimed = set(old.meta.get("protocols") or old.protocols()) | set(result.meta["protocols"])
+    result.meta["protocols"] = [p for p in PROTOCOLS if p in claimed]
+    return in_flight
+
+
+def _check_values(old: ScoreResult, n: int, num_layers: int) -> None:
+    for (i, j), v in old.pairs.items():
+        if not 0 <= i < j < num_layers:
+            raise ValueError(f"pair {i}-{j} is out of range")
+        for key, arr in v.items():
+            if len(arr) != n:
+                raise ValueError(f"pair {i}-{j} {key} has {len(arr)} windows, not {n}")
+    for i, arr in old.deletion.items():
+        if not 0 <= i < num_layers or len(arr) != n:
+            raise ValueError(f"deletion row {i} is malformed")
+
+
+def _in_flight(record: dict | None, n: int, batch_size: int, mode: str) -> dict[Unit, PartialUnit]:
+    """Units an interrupted run left half-measured; dropped (restarted) when the batch size differs."""
+    if not record or record.get("batch_size") != batch_size:
+        return {}
+    out = {}
+    for row in record["partial_units"]:
+        protocols = tuple(row["protocols"]) if row.get("protocols") else None
+        unit = Unit(int(row["i"]), None if row["j"] is None else int(row["j"]), protocols)
+        done = np.zeros(n, dtype=bool)
+        for a, b in row["done"]:
+            done[int(a) : int(b)] = True
+        values = {}
+        for key, vals in row["values"].items():
+            arr = np.array([math.nan if x is None else float(x) for x in vals])
+            if len(arr) != n:
+                raise ValueError(f"partial unit {unit.i}-{unit.j} has {len(arr)} windows, not {n}")
+            values[key] = arr
+        out[unit] = PartialUnit({mode: values}, done)
+    return out
