@@ -1,0 +1,76 @@
+"""The cost of a cut: base vs pruned perplexity from one load, with a paired CI."""
+
+import copy
+
+import pytest
+import torch
+from tiny_models import tiny_model, tiny_tokenizer
+
+from swapprune.cost import pruning_cost
+from swapprune.errors import SwappruneError
+from swapprune.evaluation import evaluate
+from swapprune.plan import PrunePlan
+from swapprune.surgery import apply_plan
+
+KW = dict(words=200, max_length=64, windows=6, n_boot=300)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_view_cost_equals_a_pruned_copy_and_leaves_the_model_alone(tok):
+    model = tiny_model("llama")
+    before = [id(b) for b in model.model.layers]
+    plan = PrunePlan.from_removal(6, [1, 4], budget=2)
+    cost = pruning_cost(model, tok, plan, **KW)
+    assert [id(b) for b in model.model.layers] == before and model.config.num_hidden_layers == 6
+    copy_ = apply_plan(copy.deepcopy(model), plan)
+    direct = evaluate(copy_, tok, ["swapprune_wikitext2_ppl"], limit=6, words=200, max_length=64)
+    ppl = direct.tasks["swapprune_wikitext2_ppl"].metrics["perplexity"].value
+    assert cost.pruned_ppl == pytest.approx(ppl, rel=1e-5)
+    assert cost.dppl == pytest.approx(cost.pruned_ppl / cost.base_ppl - 1)
+    assert cost.ci[0] <= cost.dppl <= cost.ci[1]
+    assert cost.windows == 6 and cost.contract_windows > 6
+    assert "first 6 of" in cost.summary()
+    # the same model given as the pruned one: exactly the same cost
+    same = pruning_cost(model, tok, pruned=copy_, **KW)
+    assert same.pruned_ppl == pytest.approx(cost.pruned_ppl, rel=1e-6)
+
+
+def test_identity_costs_nothing_and_does_not_warn(tok):
+    model = tiny_model("llama")
+    cost = pruning_cost(model, tok, PrunePlan.from_removal(6, []), **KW)
+    assert cost.dppl == pytest.approx(0.0, abs=1e-9) and cost.verdict == "tie"
+    assert cost.warning is None and cost.to_dict()["warning"] is None
+
+
+def test_above_the_threshold_warns_with_the_next_step(tok):
+    model = tiny_model("llama")
+    plan = PrunePlan.from_removal(6, [0, 2, 4], budget=3)
+    cost = pruning_cost(model, tok, plan, threshold=-0.99, **KW)
+    w = cost.warning
+    assert w.startswith("warning: this cut raises perplexity") and "\n" not in w
+    assert "--budget 1" in w and "--protocol auto" in w and "swapprune run" in w
+    d = cost.to_dict()
+    assert d["contract"]["stride"] == 32 and d["windows"] == 6 and d["threshold"] == -0.99
+
+
+def test_bad_calls(tok):
+    model = tiny_model("llama")
+    with pytest.raises(SwappruneError, match="one of them"):
+        pruning_cost(model, tok)
+    merge = PrunePlan.from_merges(6, {1: [1, 2]})
+    with pytest.raises(SwappruneError, match="merge plan"):
+        pruning_cost(model, tok, merge)
+    with pytest.raises(SwappruneError, match="at least 2 windows"):
+        pruning_cost(model, tok, [0, 1, 2], windows=1)
