@@ -2,8 +2,12 @@
 
 :func:`plan_pruning` is score -> select (returns a :class:`PrunePlan` and never
 edits the model); :func:`prune` also applies the plan. Everything a user can
-get wrong (criterion, strategy, merge rule, budget) is checked before the
-first forward pass.
+get wrong (criterion, strategy, merge rule, budget, a strategy input the
+criterion cannot provide) is checked before the first forward pass.
+
+Selection is data in, data out: the strategy declares what it ``needs``, the
+criterion what it ``provides``, and :func:`selection_inputs` builds the one
+:class:`~swapprune.selection.SelectionInputs` the strategy reads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from swapprune import criteria as criteria_mod
 from swapprune.architectures import decoder_stack
 from swapprune.calibration import Calibration, load_calibration
 from swapprune.errors import SwappruneError, unknown_name
-from swapprune.selection import Constraints, get_strategy
+from swapprune.selection import Constraints, SelectionInputs, Strategy, get_strategy
 
 OPS = ("remove", "merge")
 
@@ -35,6 +39,7 @@ class PruneRequest:
     seed: int = 0
     oracle_metric: str = "ppl"
     beam_calls: int = 400
+    beam_seeds: int = 12
 
     def resolve(self):
         """Resolve every name (no model needed); returns ``(criterion, strategy)``."""
@@ -42,6 +47,15 @@ class PruneRequest:
         strategy = get_strategy(self.strategy or crit.default_strategy)
         if hasattr(strategy, "max_calls"):
             strategy.max_calls = self.beam_calls
+            strategy.seeds = self.beam_seeds
+        missing = strategy.needs - crit.provides - {"oracle"}
+        if missing:
+            what = sorted(missing)[0]
+            raise SwappruneError(
+                f"strategy '{strategy.name}' needs {what.replace('_', ' ')}, which criterion "
+                f"'{crit.name}' cannot provide; criteria that can: "
+                f"{', '.join(criteria_mod.providers(what))}"
+            )
         if self.op not in OPS:
             raise unknown_name("operation", self.op, OPS)
         if self.op == "merge":
@@ -98,7 +112,8 @@ def plan_pruning(
     )
     if crit.name == "deletion" and scores is not None and not scores.deletion:
         needs_scores = True
-    needs_oracle = crit.needs_model or strategy.queries_model
+    wants = strategy.needs | (strategy.wants & crit.provides)
+    needs_oracle = crit.needs_model or bool(wants & {"oracle", "rescore", "span_scores"})
     if (needs_scores or needs_oracle) and calibration is None:
         if tokenizer is None:
             raise SwappruneError("pruning needs a tokenizer or calibration windows")
@@ -117,23 +132,27 @@ def plan_pruning(
         oracle = CalibrationOracle(model, calibration.input_ids, batch_size, request.oracle_metric)
     ctx = criteria_mod.Context(num_layers=L, scores=scores, oracle=oracle, seed=request.seed)
     importance = crit.importance(ctx)
-    hooks = {}
-    if strategy.name == "iterative":
-        hooks["rescore"] = lambda removed: crit.rescore(ctx, removed)
-    if strategy.name == "beam":
-        hooks["oracle"] = oracle.cost
-    if strategy.name == "contiguous" and oracle is not None:
-        hooks["span_scores"] = lambda n: crit.span_scores(ctx, n)
-    chosen = strategy.select(importance, request.budget, cons, **hooks)
+    tiebreak = _tiebreak(crit, importance, cons, model, oracle, calibration, tokenizer, request,
+                         calib, prompts, tokens, batch_size)
+    inputs = selection_inputs(crit, strategy, ctx, importance, request.budget, cons, tiebreak)
+    sel = strategy.choose(inputs)
+    chosen = sel.removed
     meta = dict(
         budget=request.budget, protocol=crit.name, strategy=request.strategy or crit.default_strategy,
         model=model_id or "", scores={"importance": [_num(x) for x in importance]},
     )
-    if getattr(strategy, "order", None) is not None:
-        meta["scores"]["order"] = strategy.order
+    if tiebreak is not None:
+        meta["scores"]["tiebreak"] = {"rule": "smaller mean residual update ||h_out - h_in|| first",
+                                      "values": [_num(x) for x in tiebreak]}
+    if sel.order is not None and strategy.name == "iterative":
+        meta["scores"]["order"] = sel.order
+    if sel.notes:
+        meta["scores"]["selection"] = sel.notes
     if oracle is not None:
         meta["scores"]["oracle_calls"] = oracle.calls
         meta["scores"]["oracle_metric"] = oracle.metric
+    if sel.oracle_calls is not None:
+        meta["scores"]["strategy_oracle_calls"] = sel.oracle_calls
     if request.op == "remove":
         plan = PrunePlan.from_removal(L, chosen, **meta)
     else:
@@ -145,6 +164,45 @@ def plan_pruning(
             merges.setdefault(partner, [partner]).append(b)
         plan = PrunePlan.from_merges(L, merges, merge=request.merge, **meta)
     return plan, scores
+
+
+def selection_inputs(crit, strategy: Strategy, ctx, importance, budget: int, cons: Constraints,
+                     tiebreak=None) -> SelectionInputs:
+    """The one place that turns a strategy's declared ``needs``/``wants`` into its inputs."""
+    want = strategy.needs | strategy.wants
+    oracle = ctx.oracle
+    return SelectionInputs(
+        importance=importance, budget=budget, constraints=cons, tiebreak=tiebreak,
+        oracle=oracle.cost if "oracle" in want and oracle is not None else None,
+        rescore=((lambda removed: crit.rescore(ctx, removed))
+                 if "rescore" in want and "rescore" in crit.provides else None),
+        span_scores=((lambda n: crit.span_scores(ctx, n))
+                     if "span_scores" in want and "span_scores" in crit.provides
+                     and oracle is not None else None),
+        pair_table=crit.pair_table(ctx) if "pair_table" in want else None,
+    )
+
+
+def has_ties(importance, cons: Constraints) -> bool:
+    """True when two removable blocks share an importance value."""
+    vals = [float(importance[b]) for b in cons.candidates() if np.isfinite(importance[b])]
+    return len(set(vals)) < len(vals)
+
+
+def _tiebreak(crit, importance, cons, model, oracle, calibration, tokenizer, request,
+              calib, prompts, tokens, batch_size):
+    """The weaker-contributor key (``||g_l||``), measured only when there is a tie to break."""
+    if crit.tiebreak != "residual" or not has_ties(importance, cons):
+        return None
+    if oracle is not None:
+        return oracle.residual_norms()
+    if calibration is None:
+        if tokenizer is None:
+            return None  # scores alone, no text: ties stay with the lower index
+        calibration = load_calibration(tokenizer, calib, prompts, tokens, request.seed)
+    from swapprune.engine.oracle import residual_norms
+
+    return residual_norms(model, calibration.input_ids, batch_size)
 
 
 def _num(x) -> float | None:

@@ -3,9 +3,13 @@
 :class:`CalibrationOracle` answers, on the calibration windows and for any
 removal set, without modifying the model:
 
-* ``cost(removed)``: perplexity (or KL to the base model) of the pruned model;
+* ``cost(removed)``: perplexity (or KL to the base model) of the pruned model,
+  and ``window_costs(removed)``, the same per window;
 * ``similarity(removed)``: per-block Block Influence and angular distances of
-  the hidden states of the pruned model.
+  the hidden states of the pruned model (all tokens or the last one), and
+  ``similarity_windows``, the same per window;
+* ``residual_norms()``: each block's mean residual update ``||h_out - h_in||``;
+* ``taylor()``: first-order Taylor importance per block (one backward pass).
 
 It is built on :class:`~swapprune.engine.runner.PlanRunner`, so a pruned model whose
 first removed block is ``s`` reuses the base model's states up to slot ``s``.
@@ -24,6 +28,7 @@ from swapprune.engine.probes import kl_rows
 from swapprune.engine.runner import PlanRunner
 
 COST_METRICS = ("ppl", "kl")
+POSITIONS = ("all", "last")
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -47,6 +52,8 @@ class CalibrationOracle:
         self.L = self.runner.num_layers
         self.metric = metric
         self.calls = 0
+        self.input_ids = input_ids
+        self.batch_size = batch_size
         self.caches = [
             self.runner.capture(input_ids[s : s + batch_size])
             for s in range(0, input_ids.shape[0], batch_size)
@@ -94,34 +101,86 @@ class CalibrationOracle:
         return out
 
     @torch.no_grad()
-    def similarity(self, removed: Sequence[int] = (), span: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """Block Influence ``[L]`` and angular distance over ``span`` blocks ``[L]``.
+    def window_costs(self, removed: Sequence[int], metric: str | None = None) -> np.ndarray:
+        """Per window ``[N]``: mean next-token NLL (``ppl``) or mean KL to the base (``kl``).
 
-        BI of block ``b`` = mean over tokens of ``1 - cos(h_in, h_out)`` (ShortGPT).
-        Angular distance at block ``b`` = mean over tokens of
-        ``arccos(cos(h_b, h_{b+span})) / pi`` between the states entering block ``b``
-        and ``span`` blocks later (Gromov et al.); ``inf`` where the span overruns.
-        Values of removed blocks are ``inf``.
+        ``exp`` of the token-weighted mean of the ``ppl`` values is :meth:`cost`
+        (windows have equal length). Counts as one oracle call.
         """
+        self.calls += 1
+        metric = metric or self.metric
+        plan = self.kept(removed)
+        out = []
+        for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
+            logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
+            B, T, V = logits.shape
+            if metric == "ppl":
+                nll = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1).to(logits.device),
+                                      reduction="none").reshape(B, T)
+                out.append(nll.double().mean(-1).cpu())
+            else:
+                base = self._base(i)
+                kl = kl_rows(base.reshape(-1, V), logits.reshape(-1, V)).reshape(B, T)
+                out.append(kl.double().mean(-1).cpu())
+        return torch.cat(out).numpy()
+
+    @torch.no_grad()
+    def similarity_windows(
+        self, removed: Sequence[int] = (), span: int = 1, positions: str = "all"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-window Block Influence ``[N, L]`` and angular distance over ``span`` blocks ``[N, L]``.
+
+        BI of block ``b`` = mean over the window's tokens of ``1 - cos(h_in, h_out)``
+        (ShortGPT). Angular distance at ``b`` = ``arccos(cos(h_b, h_{b+span})) / pi``
+        between the states entering block ``b`` and ``span`` blocks later (Gromov
+        et al.). ``positions``: ``all`` tokens, or the ``last`` one only (Gromov et
+        al.'s choice). ``inf`` for removed blocks and where the span overruns.
+        """
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         plan = self.kept(removed)
         n = len(plan)
-        bi_sum = torch.zeros(n, dtype=torch.float64)
-        ang_sum = torch.zeros(n, dtype=torch.float64)
-        tokens = 0
+        bis, angs = [], []
         for cache in self.caches:
             states = self._states(plan, cache)  # n + 1 tensors [B, T, H]
-            tokens += states[0].shape[0] * states[0].shape[1]
-            for k in range(n):
-                bi_sum[k] += (1 - _cos(states[k], states[k + 1])).sum().cpu()
+            if positions == "last":
+                states = [h[:, -1:] for h in states]  # [B, 1, H]
+            B = states[0].shape[0]
+            bi = torch.full((B, self.L), math.inf, dtype=torch.float64)
+            ang = torch.full((B, self.L), math.inf, dtype=torch.float64)
+            for k, b in enumerate(plan):
+                bi[:, b] = (1 - _cos(states[k], states[k + 1])).mean(-1).cpu()
                 if k + span <= n:
                     c = _cos(states[k], states[k + span]).clamp(-1, 1)
-                    ang_sum[k] += (torch.arccos(c) / math.pi).sum().cpu()
-        bi, ang = np.full(self.L, np.inf), np.full(self.L, np.inf)
-        for k, b in enumerate(plan):
-            bi[b] = float(bi_sum[k]) / tokens
-            if k + span <= n:
-                ang[b] = float(ang_sum[k]) / tokens
-        return bi, ang
+                    ang[:, b] = (torch.arccos(c) / math.pi).mean(-1).cpu()
+            bis.append(bi)
+            angs.append(ang)
+        return torch.cat(bis).numpy(), torch.cat(angs).numpy()
+
+    def similarity(
+        self, removed: Sequence[int] = (), span: int = 1, positions: str = "all"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Block Influence ``[L]`` and angular distance over ``span`` blocks ``[L]``:
+        :meth:`similarity_windows` averaged over windows (equal lengths, so this is
+        the mean over all tokens)."""
+        bi, ang = self.similarity_windows(removed, span, positions)
+        return bi.mean(0), ang.mean(0)
+
+    @torch.no_grad()
+    def residual_norms(self) -> np.ndarray:
+        """``[L]``: mean over tokens of ``||h_out - h_in||_2``, each block's residual update."""
+        total = torch.zeros(self.L, dtype=torch.float64)
+        tokens = 0
+        for cache in self.caches:
+            h = cache.hidden
+            tokens += h[0].shape[0] * h[0].shape[1]
+            for b in range(self.L):
+                total[b] += (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+        return (total / tokens).numpy()
+
+    def taylor(self) -> np.ndarray:
+        """First-order Taylor importance per block, see :func:`taylor_importance`."""
+        return taylor_importance(self.runner.model, self.input_ids, self.batch_size, self.runner)
 
     def _states(self, plan, cache) -> list[torch.Tensor]:
         # Slots before the first removed block are the base model's: reuse them.
@@ -130,3 +189,64 @@ class CalibrationOracle:
         for b in plan[s:]:
             states.append(self.runner.run_block(b, states[-1], cache))
         return states
+
+
+@torch.no_grad()
+def residual_norms(model, input_ids: torch.Tensor, batch_size: int = 8) -> np.ndarray:
+    """``[L]``: mean over tokens of ``||h_out - h_in||_2`` per block, without keeping caches."""
+    runner = PlanRunner(model)
+    total = torch.zeros(runner.num_layers, dtype=torch.float64)
+    tokens = 0
+    for s in range(0, input_ids.shape[0], batch_size):
+        h = runner.capture(input_ids[s : s + batch_size]).hidden
+        tokens += h[0].shape[0] * h[0].shape[1]
+        for b in range(runner.num_layers):
+            total[b] += (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+    return (total / tokens).numpy()
+
+
+def taylor_importance(model, input_ids: torch.Tensor, batch_size: int = 8,
+                      runner: PlanRunner | None = None) -> np.ndarray:
+    """First-order Taylor importance of each block (Kim et al. 2024, "Taylor+").
+
+    ``I(l) = sum over the parameters theta of block l of |dLoss/dtheta * theta|``
+    (elementwise product, absolute value, then the sum), where ``Loss`` is the
+    mean next-token cross-entropy over every predicted token of all windows.
+    The gradient is that of the full calibration loss (accumulated over
+    batches) before the absolute value is taken. Gradients are computed for the
+    blocks' parameters only; their ``requires_grad`` flags are restored after.
+    Memory: one gradient buffer the size of the blocks.
+
+    Returns:
+        ``[L]`` float64.
+    """
+    runner = runner or PlanRunner(model)
+    blocks = runner.stack.blocks
+    params = [list(b.parameters()) for b in blocks]
+    flat = [p for ps in params for p in ps]
+    flags = [p.requires_grad for p in flat]
+    grads = [torch.zeros_like(p, dtype=torch.float32) for p in flat]
+    total_tokens = input_ids.shape[0] * (input_ids.shape[1] - 1)
+    device = runner._input_device()
+    try:
+        for p in flat:
+            p.requires_grad_(True)
+        for s in range(0, input_ids.shape[0], batch_size):
+            ids = input_ids[s : s + batch_size].to(device)
+            logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                  ids[:, 1:].reshape(-1).to(logits.device), reduction="sum")
+            g = torch.autograd.grad(nll / total_tokens, flat, allow_unused=True)
+            for acc, gi in zip(grads, g):
+                if gi is not None:
+                    acc += gi.float()
+    finally:
+        for p, f in zip(flat, flags):
+            p.requires_grad_(f)
+    out = np.zeros(len(blocks))
+    k = 0
+    for b, ps in enumerate(params):
+        for p in ps:
+            out[b] += float((grads[k].double() * p.detach().double()).abs().sum())
+            k += 1
+    return out
