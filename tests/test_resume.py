@@ -238,3 +238,37 @@ def test_partial_units_restart_when_the_batch_size_changes(model, ids, reference
         for key in v:  # not bitwise: other batches, other fp32 summation order
             np.testing.assert_allclose(res.pairs[k][key], v[key], rtol=1e-5, atol=1e-9)
     assert "incomplete" not in json.loads(out.read_text())
+
+
+def _sharded_worker(rank: int, port: int, out: str, flags: str) -> None:
+    import os
+    from pathlib import Path
+
+    from swapprune.engine.sharding import score_sharded
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    try:
+        score_sharded(tiny_model("llama"), out=out, calibration=tiny_ids(4, 8), pairs="0-1",
+                      progress=False)
+        Path(flags, f"rank{rank}").write_text("ran")
+    except SwappruneError as e:
+        Path(flags, f"rank{rank}").write_text(str(e))
+
+
+@pytest.mark.slow  # two processes: ~25 s on a shared 2-core machine
+def test_sharded_run_refuses_an_existing_file_on_every_rank(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "scores.json"
+    out.write_text("{}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_sharded_worker, args=(port, str(out), str(tmp_path)), nprocs=2, join=True)
+    for rank in (0, 1):
+        assert "a sharded run does not resume" in (tmp_path / f"rank{rank}").read_text()
+    assert out.read_text() == "{}"

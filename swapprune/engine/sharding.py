@@ -11,7 +11,8 @@ Sharding is by unit, not by window, so each rank runs the same batches as a
 single process would: per-window values are the same numbers.
 
 A sharded run writes ``out`` once, at the end (a single process also flushes
-as units finish and resumes from an existing file; a sharded run does not).
+as units finish and resumes from an existing file; a sharded run does not, and
+refuses an existing ``out`` before any compute rather than replace it).
 """
 
 from __future__ import annotations
@@ -128,6 +129,15 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
             f"RANK={rank} WORLD_SIZE={world}"
         )
     try:
+        # Rank 0 decides for every rank (the file may be visible to rank 0 only), so
+        # that all raise together and none waits in the gather below.
+        existing = [str(out) if rank == 0 and out is not None and Path(out).exists() else None]
+        dist.broadcast_object_list(existing, src=0, group=group)
+        if existing[0] is not None:
+            raise SwappruneError(
+                f"{existing[0]} exists and a sharded run does not resume; move it away, choose "
+                "another output file, or resume it in a single process"
+            )
         part = score(model, tokenizer, out=None, shard=(rank, world), progress=progress, **score_kwargs)
         payload = {"meta": part.meta, "pairs": part.pairs, "deletion": part.deletion,
                    "n_boot": part.n_boot, "seed": part.seed}
