@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapprune.plan import PrunePlan
+from swapprune.plan import PrunePlan, source_id
 
 CARD_TAGS = ("swapprune", "pruned", "layer-pruning")
 
 
-def model_card(plan: PrunePlan, base_model_id: str, extra: list[str] | None = None) -> str:
-    """Model card ``README.md``: HF YAML metadata, what was removed or merged, and why."""
+def model_card(plan: PrunePlan, base_model_id: Any, extra: list[str] | None = None) -> str:
+    """Model card ``README.md``: HF YAML metadata, what was removed or merged, and why.
+
+    Args:
+        plan: the applied plan.
+        base_model_id: the unpruned model as others can find it (``base_model``): a
+            hub id or an absolute path, or a :class:`swapprune.loading.ModelSource`,
+            whose ``id`` is exactly that.
+        extra: markdown lines added after the plan summary.
+    """
+    base_model_id = source_id(base_model_id)
     front = [
         "---",
         f"base_model: {json.dumps(base_model_id)}",
@@ -39,6 +48,12 @@ def model_card(plan: PrunePlan, base_model_id: str, extra: list[str] | None = No
         f"- **Importance protocol**: {plan.protocol or 'not recorded'}",
         f"- **Selection strategy**: {plan.strategy or 'not recorded'}",
         f"- **Budget**: {plan.budget if plan.budget is not None else 'not recorded'}",
+    ]
+    if plan.fingerprint:
+        fp = plan.fingerprint
+        body.append(f"- **Source model fingerprint**: config `{fp.get('config')}`, weights "
+                    f"`{fp.get('weights')}` ({fp.get('dtype')})")
+    body += [
         "",
     ]
     body += list(extra or [])

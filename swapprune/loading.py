@@ -36,7 +36,13 @@ class ModelSource:
 
     @property
     def id(self) -> str:
-        return self.spec
+        """A name for this model that resolves outside this run (the model card's
+        ``base_model``, mergekit's source): the hub id as given, else the absolute path
+        of what was read; for a GGUF (and so for an alias) the file itself."""
+        if self.gguf_file:
+            return str((Path(self.path) / self.gguf_file).expanduser().resolve())
+        local = Path(self.path).expanduser()
+        return str(local.resolve()) if local.exists() else self.spec
 
 
 def resolve_source(spec: str) -> ModelSource:

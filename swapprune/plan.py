@@ -40,6 +40,9 @@ class PrunePlan:
         scores: per-layer importance values behind the decision, and anything
             else worth recording (JSON-serialisable).
         model: id of the source model.
+        fingerprint: :func:`swapprune.fingerprint.model_fingerprint` of the source
+            model, when known; a plan applied to another model can then be refused
+            (:func:`swapprune.fingerprint.check_same_model`).
     """
 
     num_layers: int
@@ -53,6 +56,7 @@ class PrunePlan:
     strategy: str | None = None
     scores: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
+    fingerprint: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.kept = list(self.kept)
@@ -234,20 +238,29 @@ class PrunePlan:
 
     # -- mergekit -----------------------------------------------------------
 
-    def mergekit_yaml(self, model_id: str, dtype: str = "bfloat16") -> str:
+    def mergekit_yaml(self, model_id: Any, dtype: str = "bfloat16") -> str:
         """The equivalent mergekit ``passthrough`` config.
 
         Each contiguous run of kept blocks becomes one slice. Merged weights
         cannot be expressed by ``passthrough``: for a merge plan the config
         reproduces the kept ordering with the kept blocks' original weights,
         and a comment says so.
+
+        Args:
+            model_id: the source model as mergekit should find it: a hub id or an
+                absolute path, or a :class:`swapprune.loading.ModelSource` (its ``id``).
+            dtype: the ``dtype`` mergekit writes.
         """
+        model_id = source_id(model_id)
         model = _yaml_scalar(model_id)
         lines = [
             f"# swapprune plan for {model_id}: {self.describe()}.",
             "# mergekit layer_range is [start, end): the end index is EXCLUSIVE,",
             f"# so [0, 3] takes layers 0, 1, 2. Removed: {self.removed}.",
         ]
+        if model_id.endswith(".gguf"):
+            lines.append("# mergekit reads Hugging Face checkpoints, not GGUF: convert the file "
+                         "first and point `model` at the result.")
         if self.merged:
             lines += [
                 f"# WARNING: blocks were merged ({self.merge}): "
@@ -266,6 +279,12 @@ class PrunePlan:
             ]
         lines += ["merge_method: passthrough", f"dtype: {dtype}", ""]
         return "\n".join(lines)
+
+
+def source_id(model: Any) -> str:
+    """The id to record for a source model: ``model.id`` for a
+    :class:`~swapprune.loading.ModelSource`, else ``model`` as a string."""
+    return str(model.id) if hasattr(model, "id") else str(model)
 
 
 def _check_indices(what: str, indices: list[int], n: int) -> None:

