@@ -193,3 +193,15 @@ def test_ranked_pairs_and_beam_on_a_model():
     # 3 seeds, then 2 beams x 5 other blocks, minus the one set both beams reach
     assert plan.scores["strategy_oracle_calls"] == 3 + 2 * 5 - 1
     assert sel["seeds"] == 3 and sel["capped"] is False
+
+
+def test_a_strategy_input_the_criterion_lacks_fails_before_any_model_work():
+    from swapprune.errors import SwappruneError
+
+    with pytest.raises(SwappruneError, match="needs pair table.*criteria that can: interchange, replacement"):
+        PruneRequest(budget=2, protocol="bi", strategy="ranked-pairs").resolve()
+    with pytest.raises(SwappruneError, match="needs rescore.*sleb"):
+        PruneRequest(budget=2, protocol="interchange", strategy="iterative").resolve()
+    crit, strategy = PruneRequest(budget=2, protocol="bi", strategy="beam:4", beam_calls=50,
+                                  beam_seeds=5).resolve()
+    assert (strategy.width, strategy.max_calls, strategy.seeds) == (4, 50, 5)
