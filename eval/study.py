@@ -31,10 +31,16 @@ import torch
 from swapprune.calibration import load_calibration
 from swapprune.compare import CompareJob, run_compare
 from swapprune.compare_report import plot_scores
-from swapprune.loading import load_model
-from swapprune.pipeline import CalibOptions, ModelOptions
+from swapprune.config import (
+    CalibrationConfig,
+    CompareConfig,
+    EvalConfig,
+    ModelConfig,
+    RunConfig,
+)
 from swapprune.engine.scores import ScoreResult
 from swapprune.engine.scoring import score_modes
+from swapprune.loading import load_model
 
 MODES = ("last", "all")
 
@@ -175,12 +181,16 @@ def plots(out: Path, res, report) -> None:
 # -- stages 3-5 -----------------------------------------------------------------------------
 def pruning(args, out: Path, times) -> dict:
     job = CompareJob(
-        out=str(out / "pruning"), budgets=list(range(1, args.max_budget + 1)),
-        methods=["interchange", "replacement", "bi", "sleb", "random"],
-        random_seeds=list(range(args.random_seeds)), tasks=["wikitext2_ppl"],
-        words=args.words, model=ModelOptions("smollm2-135m"),
-        calib=CalibOptions(prompts=2 * args.windows, tokens=args.tokens, seed=args.seed,
-                           batch_size=args.batch_size),
+        run=RunConfig(
+            model=ModelConfig("smollm2-135m"),
+            calibration=CalibrationConfig(prompts=2 * args.windows, tokens=args.tokens,
+                                          seed=args.seed, positions="last",
+                                          batch_size=args.batch_size),
+            eval=EvalConfig(tasks=["wikitext2_ppl"], words=args.words)),
+        compare=CompareConfig(
+            output=str(out / "pruning"), budgets=list(range(1, args.max_budget + 1)),
+            criteria=["interchange", "replacement", "bi", "sleb", "random"],
+            random_seeds=list(range(args.random_seeds))),
     )
     # The trained model's last-position probes already cover the adjacent pairs compare
     # needs, on the same windows: hand them over so compare resumes instead of re-scoring.

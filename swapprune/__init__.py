@@ -9,21 +9,22 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_model", "score", "prune"]
+__all__ = ["__version__", "RunConfig", "load_config", "load_model", "prune", "run", "score"]
+
+# Public name -> the module that defines it. Lazy: importing swapprune imports no torch.
+_LAZY = {
+    "score": "swapprune.engine.scoring",
+    "load_model": "swapprune.loading",
+    "prune": "swapprune.pruning",
+    "run": "swapprune.pipeline",
+    "RunConfig": "swapprune.config",
+    "load_config": "swapprune.config",
+}
 
 
 def __getattr__(name: str):
-    # Lazy: importing swapprune must not import torch/transformers.
-    if name == "score":
-        from swapprune.engine.scoring import score
+    if name in _LAZY:
+        import importlib
 
-        return score
-    if name == "load_model":
-        from swapprune.loading import load_model
-
-        return load_model
-    if name == "prune":
-        from swapprune.pruning import prune
-
-        return prune
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'swapprune' has no attribute {name!r}")

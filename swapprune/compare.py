@@ -1,44 +1,73 @@
-"""``swapprune compare``: what each protocol costs at each budget, with a verdict.
+"""``swapprune compare``: what each criterion costs at each budget, with a verdict.
 
-Scores once, selects per method and budget, evaluates the unpruned model once
+A loop over configurations: for every criterion and budget, the run's
+configuration with that ``prune`` section goes through the pipeline's own
+stages (:func:`swapprune.pipeline.select`), on one loaded model, one
+calibration and one set of probe scores. The unpruned model is evaluated once
 and every pruned variant in memory (a removal is a zero-copy view of the
-model's own blocks), and pairs every two methods with a bootstrap over the
+model's own blocks); every two methods are paired with a bootstrap over the
 same windows / documents / examples. Evaluations and selections are cached
-under ``DIR/cache`` by content, so a rerun or an added method redoes nothing
-already done.
+under ``DIR/cache`` by content (written atomically, and a corrupt entry is
+recomputed), so a rerun or an added method redoes nothing already done.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from swapprune.config import CalibrationConfig, CompareConfig, EvalConfig, RunConfig, SelectConfig
 from swapprune.errors import SwappruneError
-from swapprune.pipeline import CalibOptions, ModelOptions, load
 
 
 @dataclass
 class CompareJob:
-    """Settings of one comparison (see ``swapprune compare --help``)."""
+    """One comparison: the shared run settings and the comparison's own.
 
-    out: str
-    budgets: list[int]
-    methods: list[str] = field(default_factory=lambda: ["interchange", "replacement"])
-    strategy: str | None = None
-    random_seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    tasks: list[str] = field(default_factory=lambda: ["wikitext2_ppl"])
-    limit: int | None = None
-    words: int = 5000
-    max_length: int = 512
-    eval_batch_size: int = 8
-    pairs: str = "adjacent"
-    model: ModelOptions = field(default_factory=ModelOptions)
-    calib: CalibOptions = field(default_factory=CalibOptions)
+    Attributes:
+        run: model, calibration, probes (``score``) and evaluation (``eval``) settings.
+        compare: budgets, criteria, strategy, random seeds, output directory.
+    """
+
+    run: RunConfig
+    compare: CompareConfig
+
+    # Read by the report (contract section).
+    @property
+    def limit(self):
+        return self.eval.limit
+
+    @property
+    def words(self):
+        return self.eval.words
+
+    @property
+    def max_length(self):
+        return self.eval.max_length
+
+    @property
+    def calib(self) -> CalibrationConfig:
+        return self.run.calibration
+
+    @property
+    def strategy(self):
+        return self.compare.strategy
+
+    @property
+    def eval(self) -> EvalConfig:
+        assert self.run.eval is not None
+        return self.run.eval
+
+    def check(self) -> CompareJob:
+        self.run.check()
+        self.compare.check()
+        return self
 
 
 def _key(obj) -> str:
@@ -48,12 +77,19 @@ def _key(obj) -> str:
 def _method_runs(job: CompareJob) -> list[tuple[str, str, int]]:
     """``(label, criterion, seed)`` for every method; ``random`` expands over its seeds."""
     runs = []
-    for m in job.methods:
+    for m in job.compare.criteria:
         if m == "random":
-            runs += [(f"random:{s}", "random", s) for s in job.random_seeds]
+            runs += [(f"random:{s}", "random", s) for s in job.compare.random_seeds]
         else:
             runs.append((m, m, job.calib.seed))
     return runs
+
+
+def method_config(job: CompareJob, criterion: str, seed: int, budget: int) -> RunConfig:
+    """The run configuration of one cell: the shared settings with this ``prune`` section."""
+    prune = SelectConfig(budget=budget, protocol=criterion, strategy=job.compare.strategy)
+    calibration = dataclasses.replace(job.run.calibration, seed=seed)
+    return dataclasses.replace(job.run, calibration=calibration, prune=prune)
 
 
 @contextmanager
@@ -70,94 +106,102 @@ def variant(model, plan):
         yield apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
 
 
-def run_compare(job: CompareJob) -> dict:
-    """Run the comparison and write ``results.json``, ``results.md`` and plots into ``job.out``."""
+def _cached(path: Path, read):
+    """The cached entry at ``path``, or ``None`` when it is missing or unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return read(path)
+    except (OSError, ValueError, KeyError, TypeError, SwappruneError):
+        path.unlink(missing_ok=True)  # a truncated or foreign entry is recomputed
+        return None
+
+
+def run_compare(job: CompareJob, progress: bool = True) -> dict:
+    """Run the comparison and write ``results.json``, ``results.md`` and plots into the output."""
     from tqdm.auto import tqdm
 
-    from swapprune import criteria
-    from swapprune.architectures import decoder_stack
-    from swapprune.calibration import load_calibration
-    from swapprune.engine.scores import ScoreResult
-    from swapprune.engine.scoring import score
-    from swapprune.evaluation import EvalResult, evaluate, resolve_tasks
+    from swapprune import criteria, pipeline
+    from swapprune.artifacts import provenance, write_json_atomic, write_text_atomic
+    from swapprune.evaluation import EvalResult, evaluate
     from swapprune.plan import PrunePlan
-    from swapprune.pruning import PruneRequest, plan_pruning
 
-    tasks = resolve_tasks(job.tasks)
+    job.check()
+    tasks = job.eval.tasks
     runs = _method_runs(job)
-    requests = {label: PruneRequest(budget=1, protocol=crit, strategy=job.strategy, seed=seed)
-                for label, crit, seed in runs}
-    for r in requests.values():
-        r.resolve()
-    if not job.budgets or min(job.budgets) < 1:
-        raise SwappruneError("--budgets must be positive integers, e.g. 1,3,5")
-    out = Path(job.out)
-    out.mkdir(parents=True, exist_ok=True)
+    facts = pipeline.read_facts(job.run)
+    if facts is not None:
+        _check_budgets(job, runs, facts.num_layers)
+    out = Path(job.compare.output)
     cache = out / "cache"
-    cache.mkdir(exist_ok=True)
 
-    model, tok, src = load(job.model, job.calib.progress)
-    L = decoder_stack(model).num_layers
-    for r in requests.values():
-        for b in job.budgets:
-            PruneRequest(**{**asdict(r), "budget": b}).validate(L)
-    c = job.calib
-    calibration = load_calibration(tok, c.calib, c.prompts, c.tokens, c.seed)
-    protocols = sorted({p for _, crit, _ in runs for p in criteria.get(crit).protocols}
-                       | {"replacement", "interchange"})
+    loaded = pipeline.load(job.run, progress)
+    L = loaded.facts.num_layers
+    _check_budgets(job, runs, L)
+    job.run.check_model(loaded.facts)
+    model, tok, src = loaded.model, loaded.tokenizer, loaded.source
+    calibration = pipeline.calibrate(job.run, loaded)
+    probes = sorted({p for _, crit, _ in runs for p in criteria.get(crit).protocols
+                     if p in ("replacement", "interchange", "deletion")}
+                    | {"replacement", "interchange"})
     t0 = time.perf_counter()
-    scores = score(model, calibration=calibration, protocols=protocols, pairs=job.pairs,
-                   positions=c.positions, batch_size=c.batch_size, model_id=src.id,
-                   out=out / "scores.json", progress=c.progress, seed=c.seed)
+    cache.mkdir(parents=True, exist_ok=True)
+    if job.compare.scores:
+        scores = pipeline.reuse_scores(job.compare.scores, loaded)
+    else:
+        score_cfg = dataclasses.replace(
+            job.run, score=dataclasses.replace(job.run.score or _default_score(), probes=probes,
+                                               pairs=job.compare.pairs,
+                                               output=str(out / "scores.json")))
+        scores = pipeline.score(score_cfg, loaded, calibration, progress)
     score_s = time.perf_counter() - t0
     eval_cfg = {"model": src.id, "tasks": tasks, "limit": job.limit, "words": job.words,
                 "max_length": job.max_length, "dtype": str(next(model.parameters()).dtype)}
 
     def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
         f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
-        if f.exists():
-            return EvalResult.from_json(f.read_text()), 0.0
+        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        if hit is not None:
+            return hit, 0.0
         t = time.perf_counter()
         res = evaluate(m, tok, tasks, limit=job.limit, words=job.words,
-                       max_length=job.max_length, batch_size=job.eval_batch_size)
-        f.write_text(res.to_json())
+                       max_length=job.max_length, batch_size=job.eval.batch_size,
+                       n_boot=job.eval.bootstrap)
+        write_text_atomic(f, res.to_json())
         return res, time.perf_counter() - t
 
-    total = 1 + len(job.budgets) * len(runs)
-    bar = tqdm(total=total, desc="compare", disable=not c.progress, dynamic_ncols=True)
+    total = 1 + len(job.compare.budgets) * len(runs)
+    bar = tqdm(total=total, desc="compare", disable=not progress, dynamic_ncols=True)
     bar.set_postfix_str("baseline")
     base, base_s = evaluated(list(range(L)), {}, model)
     bar.update()
     cells: dict[int, dict[str, dict]] = {}
-    orders: dict[str, list[int]] = {}
-    orders_meta: dict[str, dict] = {}
-    for budget in job.budgets:
-        for label, _crit, _seed in runs:
+    orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
+    for budget in job.compare.budgets:
+        for label, crit, seed in runs:
             bar.set_postfix_str(f"n={budget} {label}")
-            req = PruneRequest(**{**asdict(requests[label]), "budget": budget})
-            pkey = {"cal": calibration.describe(), "scores": scores.meta["calibration"],
-                    "req": asdict(req), "positions": c.positions, "model": src.id}
+            cfg = method_config(job, crit, seed, budget)
+            assert cfg.prune is not None
+            pkey = {"cal": calibration.describe(), "scores": scores.meta.get("calibration"),
+                    "req": dataclasses.asdict(cfg.prune.request(seed)),
+                    "positions": job.calib.positions, "model": src.id}
             pf = cache / f"plan-{_key(pkey)}.json"
             t = time.perf_counter()
-            if pf.exists():
-                plan = PrunePlan.from_json(pf)
-            elif label in orders:
-                # An iterative selection at budget n is the first n removals of a larger one.
-                plan = PrunePlan.from_removal(
-                    L, orders[label][:budget], **{**orders_meta[label], "budget": budget})
-                plan.to_json(pf)
-            else:
-                if (req.strategy or criteria.get(req.protocol).default_strategy) == "iterative":
-                    req = PruneRequest(**{**asdict(req), "budget": max(job.budgets)})
-                plan, _ = plan_pruning(model, tok, req, scores=scores, calibration=calibration,
-                                       positions=c.positions, batch_size=c.batch_size,
-                                       model_id=src.id, progress=False)
-                if "order" in plan.scores:
-                    orders[label] = plan.scores["order"]
-                    orders_meta[label] = dict(protocol=plan.protocol, strategy=plan.strategy,
-                                              model=plan.model, scores=plan.scores)
-                    plan = PrunePlan.from_removal(
-                        L, orders[label][:budget], **{**orders_meta[label], "budget": budget})
+            plan = _cached(pf, PrunePlan.from_json)
+            if plan is None:
+                if label in orders:
+                    plan = _prefix(orders[label], budget)
+                else:
+                    if cfg.prune.request(seed).resolve()[1].name == "iterative":
+                        big = method_config(job, crit, seed, max(job.compare.budgets))
+                        full, _ = pipeline.select(big, loaded, calibration, scores, False)
+                        if "order" in full.scores:
+                            orders[label] = full
+                            plan = _prefix(full, budget)
+                        else:
+                            plan = None
+                    if plan is None:
+                        plan, _ = pipeline.select(cfg, loaded, calibration, scores, False)
                 plan.to_json(pf)
             select_s = time.perf_counter() - t
             with variant(model, plan) as m:
@@ -172,7 +216,32 @@ def run_compare(job: CompareJob) -> dict:
     results = build_results(job, src.id, L, base, cells, scores, tasks)
     results["timing"] = {"score_s": score_s, "baseline_eval_s": base_s,
                          "total_s": time.perf_counter() - t0}
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_json_atomic(out / "results.json", results)
     write_markdown(results, out / "results.md")
-    write_plots(results, scores if isinstance(scores, ScoreResult) else None, out)
+    write_plots(results, scores, out)
+    write_json_atomic(out / "provenance.json",
+                      provenance(base_model=src.id, invocation={"config": job.run.to_dict(),
+                                 "compare": dataclasses.asdict(job.compare)}), indent=2)
     return results
+
+
+def _default_score():
+    from swapprune.config import ScoreConfig
+
+    return ScoreConfig()
+
+
+def _prefix(full, budget: int):
+    """Budget ``n`` of an iterative selection: the first ``n`` removals of a larger one."""
+    from swapprune.plan import PrunePlan
+
+    order = full.scores["order"]
+    return PrunePlan.from_removal(full.num_layers, order[:budget], protocol=full.protocol,
+                                  strategy=full.strategy, model=full.model, scores=full.scores,
+                                  budget=budget)
+
+
+def _check_budgets(job: CompareJob, runs, num_layers: int) -> None:
+    for _label, crit, seed in runs:
+        for b in job.compare.budgets:
+            method_config(job, crit, seed, b).prune.request(seed).validate(num_layers)

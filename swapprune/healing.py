@@ -19,67 +19,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
+from swapprune.config import HealConfig
 from swapprune.errors import SwappruneError, unknown_name
-
-NO_TEXT = (None, "", "none", "null")
-
-
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
-@dataclass
-class HealConfig:
-    """LoRA healing settings (the recipe's ``heal`` stage)."""
-
-    rank: int = field(default=16, metadata=_help("LoRA rank r"))
-    alpha: float = field(default=32.0, metadata=_help("LoRA alpha (scale = alpha / rank)"))
-    dropout: float = field(default=0.05, metadata=_help("dropout on the LoRA input, in [0, 1)"))
-    target_modules: list[str] | None = field(default=None, metadata=_help(
-        "module names to adapt (peft suffix match, e.g. [q_proj, v_proj]); default: every "
-        "linear projection inside the decoder blocks"))
-    near_cuts: bool = field(default=False, metadata=_help(
-        "adapt only the kept blocks next to a removed/merged block (needs a prune stage)"))
-    steps: int = field(default=200, metadata=_help("optimizer steps"))
-    lr: float = field(default=2e-4, metadata=_help("peak learning rate (linear warmup, linear decay)"))
-    batch_size: int = field(default=4, metadata=_help("windows per step"))
-    calib: str | None = field(default="wikitext2-valid", metadata=_help(
-        "training text: wikitext2-valid (vendored), a .txt file or a .jsonl prompt set"))
-    prompts: int = field(default=256, metadata=_help("training windows"))
-    tokens: int = field(default=256, metadata=_help("tokens per window"))
-    heldout: int = field(default=16, metadata=_help(
-        "further windows of the same text, never trained on: held-out perplexity"))
-    seed: int = field(default=0, metadata=_help("window pick, batch order and LoRA init seed"))
-    distill: float = field(default=0.0, metadata=_help(
-        "weight of the KL(teacher || student) loss against the unpruned model, in [0, 1]; "
-        "loss = (1 - distill) * CE + distill * KL; > 0 keeps a copy of the unpruned model"))
-    gradient_checkpointing: bool = field(default=False, metadata=_help(
-        "trade compute for activation memory (large models)"))
-
-    def check(self) -> None:
-        """Value checks that need no model; raises :class:`SwappruneError`."""
-        if self.calib in NO_TEXT:
-            raise SwappruneError(
-                "heal needs calibration text: set heal.calib to wikitext2-valid (default), "
-                "a .txt file or a .jsonl prompt set"
-            )
-        for name in ("rank", "steps", "batch_size", "prompts", "heldout"):
-            if getattr(self, name) < 1:
-                raise SwappruneError(f"heal.{name} must be >= 1, got {getattr(self, name)}")
-        if self.tokens < 8:
-            raise SwappruneError(f"heal.tokens must be >= 8, got {self.tokens}")
-        if not 0 <= self.dropout < 1:
-            raise SwappruneError(f"heal.dropout must be in [0, 1), got {self.dropout}")
-        if not 0 <= self.distill <= 1:
-            raise SwappruneError(f"heal.distill must be in [0, 1], got {self.distill}")
-        if not self.lr > 0 or not self.alpha > 0:
-            raise SwappruneError("heal.lr and heal.alpha must be > 0")
-        if self.target_modules is not None and not self.target_modules:
-            raise SwappruneError("heal.target_modules is empty; omit it for the default")
-        import importlib.util
-
-        if importlib.util.find_spec("peft") is None:
-            raise SwappruneError("healing needs peft: pip install peft")
 
 
 @dataclass

@@ -15,20 +15,21 @@ checks the logits before moving the directory into place. Reload with::
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from swapprune.errors import SwappruneError, unknown_name
+from swapprune.config import QuantizeConfig
+from swapprune.errors import SwappruneError
 
 #: Recipe scheme -> optimum-quanto weight qtype name.
-SCHEMES = {"int8": "qint8", "int4": "qint4"}
+#: Scheme -> optimum-quanto weight qtype name (the names are config.SCHEMES).
+QTYPES = {"int8": "qint8", "int4": "qint4"}
 # Max |logit difference| of the reload, relative to the largest |logit|: same packed
 # weights, only the dequantization order may differ.
 RELOAD_TOLERANCE = 1e-4
@@ -55,30 +56,6 @@ or `swapprune.quantization.load_quantized("{path}")`. Plain
 """
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
-@dataclass
-class QuantizeConfig:
-    """Quantization settings (the recipe's ``quantize`` stage)."""
-
-    scheme: str = field(default="int8", metadata=_help("weight format: " + ", ".join(SCHEMES)))
-    include: list[str] | None = field(default=None, metadata=_help(
-        "fnmatch patterns of module names to quantize (default: every linear layer)"))
-    exclude: list[str] = field(default_factory=lambda: ["lm_head"], metadata=_help(
-        "fnmatch patterns of module names left in float (default keeps the LM head, "
-        "which is tied to the embeddings in many models)"))
-    selfcheck: bool = field(default=True, metadata=_help(
-        "reload the saved model and compare logits before keeping it"))
-
-    def check(self) -> None:
-        """Name checks that need no model; raises :class:`SwappruneError`."""
-        if self.scheme not in SCHEMES:
-            raise unknown_name("quantization scheme", self.scheme, SCHEMES)
-        if importlib.util.find_spec("optimum.quanto") is None:
-            raise SwappruneError("quantization needs optimum-quanto: pip install optimum-quanto")
-
 
 @dataclass
 class QuantizeReport:
@@ -98,7 +75,7 @@ def quantize_model(model, config: QuantizeConfig | None = None) -> QuantizeRepor
     config = config or QuantizeConfig()
     config.check()
     start = time.perf_counter()
-    qtype = SCHEMES[config.scheme]
+    qtype = QTYPES[config.scheme]
     quantize(model, weights=qtype, include=config.include, exclude=config.exclude or None)
     qmap = quantization_map(model)
     if not qmap:

@@ -36,7 +36,7 @@ def test_prune_writes_a_checkpoint_that_loads(model_dir, tmp_path, capsys):
 
 def test_score_command(model_dir, tmp_path):
     out = tmp_path / "scores.json"
-    assert main(["score", "--model", model_dir, "--out", str(out), "--pairs", "gap:2", *FAST]) == 0
+    assert main(["score", "--model", model_dir, "--output", str(out), "--pairs", "gap:2", *FAST]) == 0
     data = json.loads(out.read_text())
     assert len(data["pairs"]) == 9 and data["calibration"]["prompts"] == 4
 
@@ -66,9 +66,9 @@ def test_bad_prune_input_exits_2_and_writes_nothing(model_dir, tmp_path, capsys,
 
 def test_bad_score_input(model_dir, tmp_path, capsys):
     out = tmp_path / "s.json"
-    assert main(["score", "--model", model_dir, "--out", str(out), "--protocols", "swap"]) == 2
-    assert main(["score", "--model", model_dir, "--out", str(out), "--pairs", "3-9"]) == 2
-    assert main(["score", "--model", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert main(["score", "--model", model_dir, "--output", str(out), "--protocols", "swap"]) == 2
+    assert main(["score", "--model", model_dir, "--output", str(out), "--pairs", "3-9"]) == 2
+    assert main(["score", "--model", str(tmp_path / "missing"), "--output", str(out)]) == 2
     assert "not found" in capsys.readouterr().err
     assert not out.exists()
 

@@ -59,10 +59,22 @@ def test_cached_rerun_evaluates_nothing(run, monkeypatch):
     assert sorted(p.name for p in (out / "cache").iterdir()) == before
 
 
-def test_unknown_task_fails_before_loading(tmp_path, capsys):
-    assert main(["compare", "--model", str(tmp_path / "nope"), "--budgets", "1", "--tasks", "wikitext2_pl",
-                 "--out", str(tmp_path / "o")]) == 2
+def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
+    import swapprune.pipeline as pipeline
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(pipeline, "load", no_load)
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    assert main(["compare", "--model", model_dir, "--budgets", "1", "--tasks", "wikitext2_pl",
+                 "--output", str(tmp_path / "o")]) == 2
     assert "did you mean" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    # A budget the model cannot take fails from its config alone, also before loading.
+    assert main(["compare", "--model", model_dir, "--budgets", "1,40", "--output",
+                 str(tmp_path / "o")]) == 2
+    assert "budget 40" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

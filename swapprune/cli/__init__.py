@@ -1,0 +1,104 @@
+"""Command line: ``swapprune [COMMAND] ...``, a thin layer over :func:`swapprune.pipeline.run`.
+
+``swapprune --budget 8 --protocol interchange`` (no command) runs the main
+job, ``swapprune prune``. Each command lives in its own module with
+``add_arguments(parser)`` and ``run(args) -> int``: it builds a
+:class:`~swapprune.config.RunConfig` from flags generated out of the
+configuration's field metadata, calls the library and prints a summary that
+ends with the natural next command. Every user error prints one line and
+exits with status 2; nothing here imports torch until a command runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from swapprune import __version__
+from swapprune.cli.options import Formatter, Parser
+from swapprune.errors import SwappruneError, did_you_mean
+
+#: command -> (module, one-line help). ``prune`` is the default command.
+COMMANDS = {
+    "prune": ("prune", "score, select, remove/merge and save a checkpoint (default command)"),
+    "score": ("score", "measure the swap-KL probes and write scores.json"),
+    "apply": ("apply", "re-apply a plan.json to a model and save the checkpoint"),
+    "eval": ("evaluate", "evaluate a model with lm-eval on the offline task pack"),
+    "compare": ("compare", "pruning cost of each criterion at each budget, with paired verdicts"),
+    "run": ("recipe", "run a YAML recipe: score -> prune -> heal -> quantize -> eval -> export"),
+    "list": ("listing", "list criteria, strategies, merge rules, probes and evaluation tasks"),
+}
+
+EPILOG = """examples:
+  swapprune --budget 8 --protocol interchange             # the main job on the demo model
+  swapprune --budget 8 --protocol interchange --quick     # a first look in about a minute
+  swapprune score --model smollm2-135m --output scores.json
+  swapprune --scores scores.json --budget 4 --protocol replacement --output r4/
+  swapprune compare --budgets 1,3,5 --criteria interchange,replacement,bi --output cmp/
+  swapprune eval --model r4/ --tasks wikitext2_ppl,piqa --output r4/eval.json
+  swapprune run recipes/prune_heal_quantize.yaml --set prune.budget=4
+Block indices are 0-based everywhere. 'swapprune COMMAND --help' lists a command's options."""
+
+
+def _module(command: str):
+    return importlib.import_module(f"swapprune.cli.{COMMANDS[command][0]}")
+
+
+def build_parser() -> Parser:
+    """The full parser, with one sub-parser per command."""
+    parser = Parser(prog="swapprune", description="Protocol-aware depth pruning of transformer "
+                    "language models with swap-KL probes.", epilog=EPILOG, formatter_class=Formatter)
+    parser.add_argument("--version", action="version", version=f"swapprune {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, (_, text) in COMMANDS.items():
+        mod = _module(name)
+        p = sub.add_parser(name, help=text, description=text, epilog=getattr(mod, "EPILOG", None),
+                           formatter_class=Formatter)
+        mod.add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``swapprune`` script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        hint = did_you_mean(argv[0], COMMANDS) or f"; commands: {', '.join(COMMANDS)}"
+        print(f"swapprune: error: unknown command '{argv[0]}'{hint}", file=sys.stderr)
+        return 2
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version"):
+        argv.insert(0, "prune")
+    parser = build_parser()
+    if argv and argv[0] in COMMANDS:
+        from swapprune.cli.options import apply_quick
+
+        sub = parser._subparsers._group_actions[0].choices[argv[0]]  # type: ignore[union-attr]
+        apply_quick(sub, argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a one-line usage error
+        return e.code if isinstance(e.code, int) else 2
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from swapprune.cli.options import check_required
+
+    missing = check_required(args)
+    if missing:
+        print(f"swapprune {args.command}: error: {missing} is required; see "
+              f"'swapprune {args.command} --help'", file=sys.stderr)
+        return 2
+    try:
+        return _module(args.command).run(args) or 0
+    except SwappruneError as e:
+        print(f"swapprune: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("swapprune: interrupted", file=sys.stderr)
+        return 130
+
+
+def say_to_stderr(args) -> object:
+    """Stage lines on stderr, or nothing with ``--no-progress``."""
+    if getattr(args, "no_progress", False):
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)

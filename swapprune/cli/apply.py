@@ -1,0 +1,29 @@
+"""``swapprune apply``: re-apply a saved ``plan.json`` to a model and save the checkpoint."""
+
+from __future__ import annotations
+
+from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.config import ExportConfig, ModelConfig, RunConfig, SelectConfig
+
+EPILOG = """example:
+  swapprune apply --plan pruned/plan.json --model smollm2-135m --output again/"""
+
+
+def add_arguments(p) -> None:
+    add_section(p, ModelConfig, "model")
+    p.add_argument("--plan", required=True, help="plan.json written by an earlier run")
+    add_section(p, ExportConfig, "export", title="output", required=("output",))
+    add_common(p)
+
+
+def run(args) -> int:
+    from swapprune.cli import say_to_stderr
+    from swapprune.cli.summary import print_prune_summary
+    from swapprune.pipeline import run as run_pipeline
+
+    cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
+                    prune=SelectConfig(plan=args.plan),
+                    export=section_from(args, ExportConfig, "export"))
+    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
+    print_prune_summary(res)
+    return 0

@@ -1,0 +1,208 @@
+"""CLI options generated from the configuration's field metadata, and back.
+
+Every flag of every command is a field of a dataclass in
+:mod:`swapprune.config`: :func:`add_section` turns a section into an argument
+group (``--field-name``, with its help text and default), :func:`section_from`
+builds the dataclass from the parsed arguments. A flag therefore has one name,
+one default and one help text wherever it appears. Deprecated spellings are
+accepted, hidden from ``--help``, and warned about once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from typing import Any
+
+from swapprune.config import deprecated
+from swapprune.errors import SwappruneError
+
+#: ``--quick``: settings that finish the demo model in about a minute on 2 CPU cores.
+QUICK = {
+    "calibration.prompts": 16,
+    "calibration.tokens": 64,
+    "score.bootstrap": 200,
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        hint = f"; see '{self.prog} --help'"
+        if message.startswith("unrecognized arguments: "):
+            from swapprune.errors import did_you_mean
+
+            flags = [o for a in self._all_actions() for o in a.option_strings]
+            first = message.split(": ", 1)[1].split()[0]
+            hint = did_you_mean(first, flags) + hint
+        print(f"{self.prog}: error: {message}{hint}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+    def _all_actions(self) -> list[argparse.Action]:
+        actions = list(self._actions)
+        for a in self._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for p in a.choices.values():
+                    actions += p._actions
+        return actions
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Examples in the epilog keep their layout; wide enough for the option column."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34)
+
+
+def _csv(kind):
+    def parse(text: str):
+        try:
+            return [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {'integers' if kind is int else 'values'}, got "
+                f"'{text}'") from None
+
+    return parse
+
+
+def _base_type(tp):
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        tp = next(a for a in args if a is not type(None))
+    return tp
+
+
+class _Deprecated(argparse.Action):
+    """Store like the new flag, after a one-time deprecation warning."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecated(option_string or self.option_strings[0], self.new)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def _default_text(default: Any) -> str:
+    if default is None or default is False or default == []:
+        return ""
+    if isinstance(default, list):
+        default = ",".join(map(str, default))
+    return f" (default: {default})"
+
+
+def add_section(parser: argparse.ArgumentParser, cls, section: str, *, title: str | None = None,
+                prefix: str = "", prefixed: tuple[str, ...] | None = None,
+                skip: tuple[str, ...] = (), required: tuple[str, ...] = (),
+                defaults: dict[str, Any] | None = None) -> None:
+    """Add one argument per CLI field of dataclass ``cls``, stored as ``section.field``.
+
+    Args:
+        parser: the (sub)parser.
+        cls: a config dataclass.
+        section: the config section name (``dest`` prefix).
+        title: argument group title (default: ``section``).
+        prefix: flag prefix for fields whose names another section of the same
+            command also uses (``eval`` -> ``--eval-batch-size``).
+        prefixed: the fields the prefix applies to (default: all).
+        skip: fields left out of this command.
+        required: fields this command requires.
+        defaults: defaults that differ from the dataclass's for this command.
+    """
+    group = parser.add_argument_group(title or section)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if not meta.get("cli", True) or f.name in skip:
+            continue
+        dest = f"{section}.{f.name}"
+        name = f.name.replace("_", "-")
+        pre = prefix if prefix and (prefixed is None or f.name in prefixed) else ""
+        flag = meta.get("flag") or (f"--{pre}-{name}" if pre else f"--{name}")
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None if f.default is dataclasses.MISSING else f.default
+        if defaults and f.name in defaults:
+            default = defaults[f.name]
+        tp = _base_type(hints[f.name])
+        kwargs: dict[str, Any] = {"dest": dest, "help": meta.get("help", "")}
+        if tp is bool:
+            if default:
+                flag = f"--no-{name}" if not pre else f"--{pre}-no-{name}"
+                kwargs.update(action="store_false", default=True)
+                kwargs["help"] = f"skip: {kwargs['help']}"
+            else:
+                kwargs.update(action="store_true", default=False)
+        else:
+            if typing.get_origin(tp) is list:
+                item = typing.get_args(tp)[0]
+                kwargs["type"] = _csv(item)
+                kwargs["metavar"] = meta.get("metavar") or ("N,N" if item is int else "A,B")
+            else:
+                kwargs["type"] = tp
+                if meta.get("metavar"):
+                    kwargs["metavar"] = meta["metavar"]
+            kwargs["default"] = default
+            kwargs["help"] += _default_text(default)
+            if f.name in required:
+                # Checked after parsing (check_required), so a deprecated alias also counts.
+                kwargs["default"] = None
+                kwargs["help"] += " (required)"
+                earlier = parser.get_default(REQUIRED) or []
+                parser.set_defaults(**{REQUIRED: [*earlier, (dest, flag)]})
+        group.add_argument(flag, **kwargs)
+        for alias in meta.get("aliases", ()):
+            if alias.startswith("--"):
+                nargs = 0 if tp is bool else None
+                extra = {} if tp is bool else {"type": kwargs["type"]}
+                group.add_argument(alias, dest=dest, action=_Deprecated, new=flag, nargs=nargs,
+                                   help=argparse.SUPPRESS, **extra)
+
+
+REQUIRED = "_required_fields"
+
+
+def check_required(args: argparse.Namespace) -> str | None:
+    """The first required flag left unset, or ``None``."""
+    for dest, flag in getattr(args, REQUIRED, None) or ():
+        if getattr(args, dest, None) is None:
+            return flag
+    return None
+
+
+def section_from(args: argparse.Namespace, cls, section: str, **fixed: Any):
+    """Build dataclass ``cls`` from the parsed ``section.*`` arguments (others: defaults)."""
+    kwargs = dict(fixed)
+    for f in dataclasses.fields(cls):
+        dest = f"{section}.{f.name}"
+        if hasattr(args, dest) and f.name not in fixed:
+            kwargs[f.name] = getattr(args, dest)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field no flag provided
+        raise SwappruneError(str(e)) from None
+
+
+def add_common(parser: argparse.ArgumentParser, quick: bool = False) -> None:
+    """Options every model-loading command has."""
+    g = parser.add_argument_group("run")
+    g.add_argument("--no-progress", action="store_true", help="hide progress bars and stage lines")
+    if quick:
+        shown = ", ".join(f"{k.split('.')[1]} {v}" for k, v in QUICK.items())
+        g.add_argument("--quick", action="store_true",
+                       help=f"a fast first look: {shown} (explicit flags win)")
+
+
+def apply_quick(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Make the ``--quick`` preset the parser's defaults when ``--quick`` is on the line."""
+    if "--quick" in argv:
+        known = {a.dest for a in parser._actions}
+        parser.set_defaults(**{k: v for k, v in QUICK.items() if k in known})

@@ -1,0 +1,51 @@
+"""``swapprune [prune]``: score, select, remove or merge, and save a self-checked checkpoint."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.config import CalibrationConfig, ExportConfig, ModelConfig, RunConfig, SelectConfig
+
+EPILOG = """examples:
+  swapprune --budget 8 --protocol interchange
+  swapprune --budget 4 --protocol auto --output smol-26L/
+  swapprune --model Qwen/Qwen3-8B --budget 5 --protocol interchange --device-map auto --output q3/
+  swapprune --scores scores.json --budget 4 --protocol replacement --output r4/
+Without --output the checkpoint goes to ./MODEL-PROTOCOL-BUDGET/."""
+
+
+def add_arguments(p) -> None:
+    add_section(p, ModelConfig, "model")
+    add_section(p, CalibrationConfig, "calibration")
+    add_section(p, SelectConfig, "prune", title="selection", required=("budget",))
+    add_section(p, ExportConfig, "export", title="output",
+                defaults={"output": None})
+    add_common(p, quick=True)
+
+
+def default_output(model: str, protocol: str, budget: int) -> str:
+    """``./<model name>-<protocol>-<budget>``: where a run without ``--output`` writes."""
+    name = re.sub(r"\.gguf$", "", Path(model.rstrip("/")).name) or "model"
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}-{protocol}-{budget}"
+
+
+def config_from(args) -> RunConfig:
+    select = section_from(args, SelectConfig, "prune")
+    model = section_from(args, ModelConfig, "model")
+    output = getattr(args, "export.output") or default_output(model.name, select.protocol,
+                                                              select.budget)
+    return RunConfig(model=model, calibration=section_from(args, CalibrationConfig, "calibration"),
+                     prune=select, export=section_from(args, ExportConfig, "export",
+                                                       output=output))
+
+
+def run(args) -> int:
+    from swapprune.cli import say_to_stderr
+    from swapprune.cli.summary import print_prune_summary
+    from swapprune.pipeline import run as run_pipeline
+
+    res = run_pipeline(config_from(args), say=say_to_stderr(args), progress=not args.no_progress)
+    print_prune_summary(res)
+    return 0

@@ -1,0 +1,38 @@
+"""``swapprune score``: measure the swap-KL probes and write ``scores.json`` (resumable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, ScoreConfig
+
+EPILOG = """examples:
+  swapprune score --output scores.json                       # adjacent pairs, both protocols
+  swapprune score --pairs gap:3 --probes interchange --output s.json
+  torchrun --nproc-per-node 4 -m swapprune score --model Qwen/Qwen3-8B --output q3.json
+An existing --output file with the same settings is resumed."""
+
+
+def add_arguments(p) -> None:
+    add_section(p, ModelConfig, "model")
+    add_section(p, CalibrationConfig, "calibration")
+    add_section(p, ScoreConfig, "score", title="probes", required=("output",))
+    add_common(p, quick=True)
+
+
+def run(args) -> int:
+    from swapprune.cli import say_to_stderr
+    from swapprune.cli.summary import print_score_summary
+    from swapprune.pipeline import run as run_pipeline
+
+    cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
+                    calibration=section_from(args, CalibrationConfig, "calibration"),
+                    score=section_from(args, ScoreConfig, "score"))
+    assert cfg.score is not None and cfg.score.output is not None
+    resumed = Path(cfg.score.output).is_file()
+    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
+    if res.scores is None:  # a non-zero torchrun rank
+        return 0
+    print_score_summary(res, resumed)
+    return 0

@@ -1,0 +1,120 @@
+"""What each command prints when it is done: the result a person reads, and the next command."""
+
+from __future__ import annotations
+
+import shlex
+
+
+def _q(path) -> str:
+    return shlex.quote(str(path))
+
+
+def _regime_line(summary: dict) -> str | None:
+    reg = summary.get("regime")
+    if not reg:
+        return None
+    conf = reg.get("confidence")
+    conf_text = f", confidence {conf:.2f}" if isinstance(conf, (int, float)) else ""
+    ir = reg.get("median_ir")
+    return (f"regime: {reg['call']} (median adjacent d_repl {reg['median_replacement']:.3g}, "
+            f"d_inter {reg['median_interchange']:.3g}, I/R "
+            f"{ir:.2f}{conf_text}): {reg['advice']}" if ir is not None else
+            f"regime: {reg['call']}: {reg['advice']}")
+
+
+def print_prune_summary(res) -> None:
+    plan = res.plan
+    if plan.op == "merge":
+        print(f"merged blocks {plan.merged} of {plan.num_layers} by {plan.protocol}/"
+              f"{plan.strategy}; kept {len(plan.kept)}")
+    else:
+        print(f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
+              f"{plan.strategy}; kept {len(plan.kept)}")
+    if res.scores is not None and res.scores.pairs:
+        line = _regime_line(res.scores.to_dict()["summary"])
+        if line:
+            print(line)
+    stability = plan.scores.get("stability") if isinstance(plan.scores, dict) else None
+    if isinstance(stability, dict) and stability.get("summary"):
+        print(f"stability: {stability['summary']}")
+    cost = res.metrics.get("cost")
+    if isinstance(cost, dict) and cost.get("summary"):
+        print(f"cost: {cost['summary']}")
+        if cost.get("warning"):
+            print(f"warning: {cost['warning']}")
+    sc = res.metrics.get("selfcheck") or {}
+    if sc.get("skipped"):
+        print("self-check: skipped")
+    elif sc:
+        print(f"self-check: reload logits max diff {sc.get('logits_max_abs_diff', 'n/a'):.3g}, "
+              f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
+              f"({sc.get('wall_s', 0):.1f}s)")
+    out = res.output
+    print(f"checkpoint: {out}")
+    print(f"next: swapprune eval --model {_q(out)} --tasks wikitext2_ppl,lambada "
+          f"--output {_q(out / 'eval.json')}")
+
+
+def print_score_summary(res, resumed: bool, top: int = 5) -> None:
+    d = res.scores.to_dict()
+    t = d.get("timing", {})
+    cal = d.get("calibration", {})
+    where = f" (resumed from {res.output})" if resumed else ""
+    n_pairs, n_layers = len(d["pairs"]), len(d["deletion"])
+    what = f"{n_pairs} pairs" + (f" and {n_layers} deletions" if n_layers else "")
+    print(f"scored {what}{where} on {cal.get('prompts')} windows x {cal.get('tokens')} tokens "
+          f"({d.get('positions')} positions) in {t.get('seconds', 0):.1f}s, "
+          f"{t.get('block_evals', 0)} block evaluations")
+    rows = {(r["i"], r["j"]): r for r in d["pairs"]}
+    for proto, ranked in d["summary"].get("ranking", {}).items():
+        print(f"most swap-similar pairs by {proto} (KL nats, 95% CI; rank CI over resamples):")
+        for r in ranked[:top]:
+            lo, hi = rows[(r["i"], r["j"])][proto]["ci"]
+            print(f"  {r['rank']:>2}. blocks {r['i']}-{r['j']}  {r['distance']:.4g} "
+                  f"[{lo:.4g}, {hi:.4g}]  rank {r['rank_ci'][0]}-{r['rank_ci'][1]}")
+    line = _regime_line(d["summary"])
+    if line:
+        print(line)
+    print(f"wrote {res.output}")
+    print(f"next: swapprune --scores {_q(res.output)} --budget 4 --protocol interchange")
+
+
+def print_eval_summary(res, baseline=None) -> None:
+    from swapprune.evaluation import compare
+
+    result = res.eval.get("base")
+    for name, t in result.tasks.items():
+        n = len(t.unit_ids)
+        for metric, m in t.metrics.items():
+            ci = f" [{m.low:.4g}, {m.high:.4g}]" if m.low is not None else ""
+            line = f"{name} {metric}: {m.value:.4g}{ci} (n={n} {t.unit}s)"
+            if baseline is not None and name in baseline.tasks \
+                    and metric in baseline.tasks[name].metrics:
+                b = baseline.tasks[name].metrics[metric].value
+                change = f"{(m.value / b - 1) * 100:+.1f}%" if b else "n/a"
+                try:
+                    _, verdict = compare(baseline, result, name, metric)
+                    verdict = verdict.replace("b better", "this model better").replace(
+                        "a better", "baseline better")
+                except Exception as e:  # units that do not pair (another limit or tokenizer)
+                    verdict = f"not paired: {e}"
+                line += f"; vs baseline {b:.4g}: {change} ({verdict})"
+            print(line)
+    print(f"wrote {res.output}")
+    if baseline is None:
+        print("next: evaluate the unpruned model the same way and pass it as --baseline")
+
+
+def print_run_summary(res) -> None:
+    m = res.metrics
+    if res.plan is not None:
+        print(f"plan: {res.plan.describe()}")
+    for point, costs in m.get("costs", {}).items():
+        if costs:
+            print(f"{point}: " + ", ".join(f"{k} {v:.4g}" for k, v in costs.items()))
+    rec = m.get("recovery") or {}
+    if rec.get("primary"):
+        f = rec[rec["primary"]]["fraction"]
+        print(f"recovered fraction ({rec['primary']}): " + (f"{f:.3f}" if f is not None else "n/a"))
+    if res.output is not None:
+        print(f"run directory: {res.output}")
