@@ -7,13 +7,23 @@ import pytest
 import torch
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 
-from swapprune.errors import SwappruneError
-from swapprune.naive import kl_per_window, plan_logits
-from swapprune.engine.plans import deletion_plan, interchange_plan, replacement_plan
 from swapprune.engine.scores import ScoreResult
 from swapprune.engine.scoring import score
+from swapprune.errors import SwappruneError
+from swapprune.naive import kl_per_window, plan_logits
 
-PAIRS = [(1, 2), (0, 3), (2, 5)]  # adjacent, non-adjacent; (2, 5) crosses Gemma3 types
+# Block types of the tiny models (s: sliding, f: full attention):
+#   gemma2 s f s f s f, gemma3_text s s f s s f, qwen2 f f f s s s.
+# (1, 2) is adjacent and crosses types on both Gemmas; the distant (0, 3) crosses on
+# gemma2 and qwen2, (2, 4) on gemma3_text and qwen2.
+PAIRS = [(1, 2), (0, 3), (2, 4)]
+# The plans for L=6, written out (slot <- block for replacement; see test_probe_plans.py).
+PLANS = {
+    (1, 2): {"repl_ij": (0, 2, 2, 3, 4, 5), "repl_ji": (0, 1, 1, 3, 4, 5), "inter": (0, 2, 1, 3, 4, 5)},
+    (0, 3): {"repl_ij": (3, 1, 2, 3, 4, 5), "repl_ji": (0, 1, 2, 0, 4, 5), "inter": (3, 1, 2, 0, 4, 5)},
+    (2, 4): {"repl_ij": (0, 1, 4, 3, 4, 5), "repl_ji": (0, 1, 2, 3, 2, 5), "inter": (0, 1, 4, 3, 2, 5)},
+}
+DELETIONS = {0: (1, 2, 3, 4, 5), 3: (0, 1, 2, 4, 5)}
 
 
 def _naive(model, ids, plan, positions):
@@ -27,15 +37,14 @@ def test_probes_equal_naive_definition(family, positions):
     model, ids = tiny_model(family), tiny_ids(5, 20)
     res = score(model, calibration=ids, pairs=PAIRS, positions=positions,
                 protocols="replacement,interchange,deletion", batch_size=5, progress=False)
-    for i, j in PAIRS:
-        v = res.pairs[(i, j)]
-        for key, plan in (("repl_ij", replacement_plan(6, i, j)),
-                          ("repl_ji", replacement_plan(6, j, i)),
-                          ("inter", interchange_plan(6, i, j))):
-            np.testing.assert_allclose(v[key], _naive(model, ids, plan, positions), rtol=1e-5, atol=1e-9)
-    for layer in (0, 3):
-        np.testing.assert_allclose(res.deletion[layer],
-                                   _naive(model, ids, deletion_plan(6, layer), positions),
+    for pair in PAIRS:
+        v = res.pairs[pair]
+        assert set(v) == set(PLANS[pair])
+        for key, plan in PLANS[pair].items():
+            np.testing.assert_allclose(v[key], _naive(model, ids, plan, positions), rtol=1e-5,
+                                       atol=1e-9, err_msg=f"{family} {pair} {key}")
+    for layer, plan in DELETIONS.items():
+        np.testing.assert_allclose(res.deletion[layer], _naive(model, ids, plan, positions),
                                    rtol=1e-5, atol=1e-9)
 
 
@@ -49,10 +58,15 @@ def test_json_contract_and_ratios(tmp_path):
         assert key in data
     assert data["num_layers"] == 6 and data["positions"] == "all"
     assert {"source", "prompts", "tokens", "seed"} <= set(data["calibration"])
-    row = next(r for r in data["pairs"] if (r["i"], r["j"]) == (2, 5))
-    assert row["crosses_types"] and row["types"] == ["full_attention", "full_attention"] or row["crosses_types"] is (row["types"][0] != row["types"][1])
-    cross = next(r for r in data["pairs"] if (r["i"], r["j"]) == (1, 2))
-    assert cross["crosses_types"] is True  # sliding (1) vs full (2)
+    rows = {(r["i"], r["j"]): r for r in data["pairs"]}
+    # gemma3_text blocks: sliding, sliding, full, sliding, sliding, full
+    assert rows[(2, 5)]["types"] == ["full_attention", "full_attention"]
+    assert rows[(2, 5)]["crosses_types"] is False
+    assert rows[(0, 1)]["types"] == ["sliding_attention", "sliding_attention"]
+    assert rows[(0, 1)]["crosses_types"] is False
+    assert rows[(1, 2)]["types"] == ["sliding_attention", "full_attention"]
+    assert rows[(1, 2)]["crosses_types"] is True
+    assert rows[(2, 4)]["crosses_types"] is True
     for r in data["pairs"]:
         rep, inter = r["replacement"], r["interchange"]
         d_ij, d_ji = rep["directed"]
