@@ -124,10 +124,21 @@ def _resolve(criterion, strategy):
     return crit, strat
 
 
-def select_on(scores, crit, strat, budget: int, cons: Constraints, seed: int = 0) -> list[int]:
-    """The selection that ``crit`` and ``strat`` make from ``scores`` alone."""
+def select_on(scores, crit, strat, budget: int, cons: Constraints, seed: int = 0,
+              tiebreak=None) -> list[int]:
+    """The selection that ``crit`` and ``strat`` make from ``scores`` alone.
+
+    ``tiebreak`` (``[L]``, e.g. the residual norms the plan used) is held fixed:
+    it is measured on the model, not resampled.
+    """
     ctx = criteria_mod.Context(num_layers=cons.num_layers, scores=scores, seed=seed)
-    return sorted(int(b) for b in strat.select(crit.importance(ctx), budget, cons))
+    inputs = {}
+    want = getattr(strat, "needs", frozenset()) | getattr(strat, "wants", frozenset())
+    if "pair_table" in want and hasattr(crit, "pair_table"):
+        inputs["pair_table"] = crit.pair_table(ctx)
+    if tiebreak is not None:
+        inputs["tiebreak"] = np.asarray(tiebreak, dtype=float)
+    return sorted(int(b) for b in strat.select(crit.importance(ctx), budget, cons, **inputs))
 
 
 def selection_stability(
@@ -139,6 +150,7 @@ def selection_stability(
     n_boot: int = N_BOOT,
     seed: int = 0,
     threshold: float = THRESHOLD,
+    tiebreak=None,
 ) -> Stability:
     """Bootstrap the calibration windows and re-run the selection on each resample.
 
@@ -152,6 +164,7 @@ def selection_stability(
         n_boot: resamples.
         seed: seed of the resampling (:func:`swapprune.bootstrap.resample_indices`).
         threshold: frequency below which :meth:`Stability.warning` fires.
+        tiebreak: ``[L]`` secondary key for equal importance, held fixed.
 
     Returns:
         The :class:`Stability` of the selection made on all windows.
@@ -169,10 +182,11 @@ def selection_stability(
     if n == 0:
         raise SwappruneError("cannot bootstrap the selection: the scores hold no per-window values")
     cons = constraints or Constraints(scores.num_layers)
-    chosen = select_on(scores, crit, strat, budget, cons, seed)
+    chosen = select_on(scores, crit, strat, budget, cons, seed, tiebreak)
     counts: Counter[tuple[int, ...]] = Counter()
     for rows in resample_indices(n, n_boot, seed):
-        counts[tuple(select_on(resampled(scores, rows), crit, strat, budget, cons, seed))] += 1
+        sel = select_on(resampled(scores, rows), crit, strat, budget, cons, seed, tiebreak)
+        counts[tuple(sel)] += 1
     inclusion = np.zeros(cons.num_layers)
     for s, c in counts.items():
         inclusion[list(s)] += c
@@ -185,3 +199,25 @@ def selection_stability(
         windows=n, n_boot=n_boot, seed=seed, criterion=crit.name,
         strategy=getattr(strat, "name", str(strategy)), budget=budget, threshold=threshold,
     )
+
+
+def plan_stability(plan, scores, constraints: Constraints | None = None, n_boot: int = N_BOOT,
+                   seed: int = 0, threshold: float = THRESHOLD) -> Stability | None:
+    """:func:`selection_stability` of the selection behind ``plan``, or ``None`` if it has none.
+
+    Reads the plan's criterion, strategy, budget and tie-break key; returns
+    ``None`` for selections that cannot be resampled from scores (model-measured
+    criteria, model-querying strategies, ``auto``'s verified sets: see
+    ``plan.scores["auto"]["stability"]`` for those).
+    """
+    if not plan.budget or not plan.protocol or plan.protocol == "auto" or scores is None:
+        return None
+    crit, strat = _resolve(plan.protocol, plan.strategy)
+    if bootstrappable(crit, strat) or not all(p in scores.protocols() for p in crit.protocols):
+        return None
+    tb = (plan.scores.get("tiebreak") or {}).get("values")
+    if tb is not None:
+        tb = [np.inf if v is None else v for v in tb]
+    return selection_stability(scores, crit, strat, plan.budget,
+                               constraints or Constraints(plan.num_layers), n_boot, seed,
+                               threshold, tb)

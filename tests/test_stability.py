@@ -86,3 +86,23 @@ def test_model_measured_selections_are_refused():
         selection_stability(scores, "deletion", "iterative", 1)
     with pytest.raises(SwappruneError, match="threshold"):
         selection_stability(scores, "deletion", "greedy", 1, threshold=1.5)
+
+
+def test_plan_stability_uses_the_plans_tiebreak():
+    from swapprune.plan import PrunePlan
+    from swapprune.stability import plan_stability
+
+    inter = [1.0, 0.9, 0.1, 0.8, 1.2]  # pair (2, 3): blocks 2 and 3 tie in every resample
+    pairs = {(i, i + 1): {"repl_ij": np.full(N, 1.0), "repl_ji": np.full(N, 1.0),
+                          "inter": np.full(N, inter[i]) * np.linspace(0.9, 1.1, N)}
+             for i in range(L - 1)}
+    scores = ScoreResult(meta={"num_layers": L}, pairs=pairs)
+    tb = {"rule": "residual", "values": [5.0, 4.0, 3.0, 1.0, 2.0, 6.0]}  # block 3 is weaker
+    plan = PrunePlan.from_removal(L, [3], budget=1, protocol="interchange", strategy="greedy",
+                                  scores={"tiebreak": tb})
+    st = plan_stability(plan, scores, n_boot=100)
+    assert st.chosen == [3] and st.frequency == 1.0
+    plan.scores = {}
+    assert plan_stability(plan, scores, n_boot=100).chosen == [2]  # lower index without it
+    plan.protocol = "bi"
+    assert plan_stability(plan, scores) is None

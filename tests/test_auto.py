@@ -1,0 +1,124 @@
+"""``--protocol auto``: each regime leads to its documented action (tiny models)."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+from tiny_models import tiny_ids, tiny_model, tiny_tokenizer
+
+from swapprune import criteria
+from swapprune.auto import beam_over, decision_lines, plan_auto, shortlist
+from swapprune.calibration import Calibration
+from swapprune.engine.oracle import CalibrationOracle
+from swapprune.engine.scores import ScoreResult
+from swapprune.errors import SwappruneError
+from swapprune.pruning import PruneRequest, plan_pruning
+from swapprune.selection import Constraints
+
+L, N = 6, 8
+
+
+def scores_table(repl: list[float], inter: list[float]) -> ScoreResult:
+    """Adjacent pairs with the given distances (window noise +-10%, fixed seed)."""
+    rng = np.random.default_rng(0)
+    pairs = {}
+    for i in range(L - 1):
+        w = 1 + 0.1 * rng.uniform(-1, 1, N)
+        pairs[(i, i + 1)] = {"repl_ij": repl[i] * w, "repl_ji": repl[i] * w * 0.8,
+                             "inter": inter[i] * w}
+    return ScoreResult(meta={"num_layers": L, "positions": "all"}, pairs=pairs, n_boot=100)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama")
+
+
+@pytest.fixture(scope="module")
+def calib():
+    return Calibration(tiny_ids(4, 16), "tensor", 0)
+
+
+def run(model, calib, scores, budget=1, **kw):
+    req = PruneRequest(budget=budget, protocol="auto")
+    return plan_auto(model, None, req, scores=scores, calibration=calib, n_boot=200, **kw)
+
+
+def test_divergent_acts_interchange_guided(model, calib):
+    s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.09, 0.02, 0.08, 0.06, 0.07])
+    plan, _ = run(model, calib, s)
+    d = plan.scores["auto"]
+    assert d["regime"]["call"] == "divergent" and d["action"].startswith("interchange-guided")
+    assert plan.removed == d["selections"]["interchange"] and plan.removed[0] in (1, 2)
+    assert d["oracle_calls"] == 0 and plan.protocol == "auto"
+    assert d["stability"]["interchange"]["frequency"] > 0.5
+
+
+def test_tie_like_says_they_tie(model, calib):
+    s = scores_table([0.03, 0.02, 0.04, 0.035, 0.03], [0.029, 0.019, 0.039, 0.034, 0.031])
+    plan, _ = run(model, calib, s)
+    d = plan.scores["auto"]
+    assert d["regime"]["call"] == "tie-like" and "tie" in d["action"]
+    assert plan.removed == d["selections"]["interchange"]
+    assert d["agree"] == (d["selections"]["interchange"] == d["selections"]["replacement"])
+    assert any("the protocols tie" in line for line in decision_lines(d))
+
+
+def test_both_high_verifies_on_the_pruned_model(model, calib):
+    s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
+    plan, _ = run(model, calib, s, budget=2, width=100, max_calls=1000, shortlist_size=3)
+    d = plan.scores["auto"]
+    assert d["regime"]["call"] == "both-high" and d["action"].startswith("verify")
+    cons = Constraints(L)
+    ctx = criteria.Context(L, scores=s)
+    imps = [criteria.get(p).importance(ctx) for p in ("interchange", "replacement")]
+    assert d["shortlist"] == shortlist(imps, 2, cons, 3)
+    # an unbounded beam over the shortlist is exhaustive: it finds the cheapest pair
+    oracle = CalibrationOracle(model, calib.input_ids, 8, "ppl")
+    costs = {c: oracle.cost(c) for c in combinations(d["shortlist"], 2)}
+    assert tuple(plan.removed) == min(costs, key=costs.get)
+    assert d["oracle_calls"] == d["beam"]["calls"] + 1  # + the base model's cost
+    assert plan.strategy.startswith("auto-verify") and d["chosen"] == plan.removed
+    assert any("verified" in line for line in decision_lines(d))
+
+
+def test_both_high_respects_the_oracle_cap(model, calib):
+    s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
+    plan, _ = run(model, calib, s, budget=2, max_calls=3)
+    d = plan.scores["auto"]
+    assert d["beam"]["capped"] and d["beam"]["calls"] == 3 and len(plan.removed) == 2
+    # default cap: half of SLEB-iterative's calls at this budget (2 x 6 - 1 = 11 -> 5)
+    plan, _ = run(model, calib, s, budget=2)
+    assert plan.scores["auto"]["beam"]["cap"] == 5 and plan.scores["auto"]["beam"]["calls"] <= 5
+
+
+def test_beam_over_is_exhaustive_when_wide_and_completes_when_capped():
+    cost = {(0,): 3.0, (1,): 1.0, (2,): 2.0, (0, 1): 5.0, (0, 2): 0.5, (1, 2): 4.0}
+    best, notes = beam_over([1, 2, 0], 2, lambda k: cost[k], width=3, max_calls=100)
+    assert best == [0, 2] and notes["calls"] == 6 and not notes["capped"]
+    best, notes = beam_over([1, 2, 0], 2, lambda k: cost[k], width=1, max_calls=100)
+    assert best == [1, 2]  # greedy from the cheapest single block
+    best, notes = beam_over([1, 2, 0], 2, lambda k: cost[k], width=3, max_calls=3)
+    assert notes["capped"] and notes["completed_by_order"] == [2] and best == [1, 2]
+
+
+def test_end_to_end_through_plan_pruning(model):
+    plan, scores = plan_pruning(model, tiny_tokenizer(), PruneRequest(budget=1, protocol="auto"),
+                                calibration=Calibration(tiny_ids(4, 16), "tensor", 0),
+                                progress=False)
+    d = plan.scores["auto"]
+    assert set(scores.protocols()) >= {"replacement", "interchange"}
+    assert d["regime"]["call"] in ("divergent", "tie-like", "both-high")
+    assert d["regime"]["confidence"] is not None and len(plan.removed) == 1
+
+
+def test_bad_input(model, calib):
+    only_inter = ScoreResult(meta={"num_layers": L}, pairs={
+        (i, i + 1): {"inter": np.ones(N)} for i in range(L - 1)})
+    with pytest.raises(SwappruneError, match="replacement and interchange"):
+        run(model, calib, only_inter)
+    s = scores_table([0.6] * 5, [0.3] * 5)
+    with pytest.raises(SwappruneError, match="does not merge"):
+        plan_auto(model, None, PruneRequest(budget=1, protocol="auto", op="merge"), scores=s,
+                  calibration=calib)
+    assert criteria.get("auto").protocols == ("replacement", "interchange")
