@@ -33,6 +33,7 @@ _VOLATILE = {
     "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
     "quantization_config", "use_cache", "output_attentions", "output_hidden_states",
     "return_dict", "_commit_hash", "auto_map", "tf_legacy_loss", "torchscript",
+    "architectures",  # None until a model is saved; model_type and the weights say enough
 }
 _EMBED_ROWS = 8
 _MAX_ELEMENTS = 1 << 20  # per tensor: 4 MB in fp32
