@@ -1,0 +1,169 @@
+"""The comparison report names the right winner, with the right cost sign.
+
+Results are built by hand so the answer is known: per-window NLLs raised by a
+constant per token multiply perplexity by an exact factor, so "interchange"
+costs exactly +5% and "replacement" +30% on every resample.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from swapprune.compare_report import SCHEMA, build_results, write_markdown
+from swapprune.engine.scores import ScoreResult
+from swapprune.evaluation.results import EvalResult, Metric, TaskResult
+from swapprune.plan import PrunePlan
+
+PPL, ACC = "swapprune_wikitext2_ppl", "acc_task"
+N, TOK = 20, 100
+RNG = np.random.default_rng(0)
+BASE_NLL = TOK * math.log(10.0) + RNG.normal(0, 5, N)  # perplexity about 10
+BASE_ACC = (RNG.random(40) < 0.6).astype(float)
+
+
+def _ppl_task(factor: float) -> TaskResult:
+    nll = BASE_NLL + TOK * math.log(factor)
+    value = math.exp(nll.sum() / (N * TOK))
+    return TaskResult(
+        task=PPL, unit="window", unit_ids=list(range(N)),
+        units={"nll": nll.tolist(), "tokens": [TOK] * N},
+        metrics={"word_perplexity": Metric(value, value * 0.9, value * 1.1, False,
+                                           ["nll", "tokens"], "ppl")},
+    )
+
+
+def _acc_task(flipped: int) -> TaskResult:
+    acc = BASE_ACC.copy()
+    ones = np.flatnonzero(acc == 1)[:flipped]
+    acc[ones] = 0.0  # the pruned model gets these wrong
+    return TaskResult(task=ACC, unit="example", unit_ids=list(range(len(acc))),
+                      units={"acc": acc.tolist()},
+                      metrics={"acc": Metric(float(acc.mean()), 0.0, 1.0, True, ["acc"], "mean")})
+
+
+def _run(factor: float, flipped: int = 0) -> EvalResult:
+    return EvalResult(tasks={PPL: _ppl_task(factor), ACC: _acc_task(flipped)})
+
+
+def _cell(removed, factor, flipped=0):
+    return {"plan": PrunePlan.from_removal(6, removed), "result": _run(factor, flipped),
+            "select_s": 0.1, "eval_s": 0.2}
+
+
+JOB = SimpleNamespace(limit=None, words=5000, max_length=512, strategy=None,
+                      calib=SimpleNamespace(calib=None, prompts=64, tokens=128, positions="all",
+                                            seed=0))
+
+
+def _scores(repl: float, inter: float) -> ScoreResult:
+    res = ScoreResult(meta={"num_layers": 6, "positions": "last"}, n_boot=50)
+    for i in range(5):
+        res.pairs[(i, i + 1)] = {"repl_ij": np.full(8, repl), "repl_ji": np.full(8, repl / 2),
+                                 "inter": np.full(8, inter)}
+    return res
+
+
+@pytest.fixture(scope="module")
+def results():
+    cells = {
+        2: {
+            "replacement": _cell([2, 4], 1.30, flipped=10),
+            "interchange": _cell([1, 3], 1.05, flipped=2),
+            "sleb": _cell([1, 3], 1.05, flipped=2),  # same layers as interchange
+            "random:0": _cell([0, 5], 2.0),
+            "random:1": _cell([1, 5], 3.0),
+        },
+        1: {"interchange": _cell([3], 1.02), "replacement": _cell([4], 1.02)},  # a tie
+    }
+    return build_results(JOB, "/models/m", 6, _run(1.0), cells, _scores(0.5, 0.02), [PPL, ACC])
+
+
+def _comparison(entry, a, b):
+    return next(c for c in entry["comparisons"] if (c["a"], c["b"]) == (a, b))
+
+
+def test_costs_have_the_sign_of_harm(results):
+    assert results["schema"] == SCHEMA and results["model"] == "/models/m"
+    assert results["primary"] == {"task": PPL, "metric": "word_perplexity"}
+    assert [e["budget"] for e in results["budgets"]] == [1, 2]
+    two = results["budgets"][1]["methods"]
+    assert two["interchange"]["cost_pct"] == pytest.approx(5.0)
+    assert two["replacement"]["cost_pct"] == pytest.approx(30.0)
+    lo, hi = two["replacement"]["cost_pct_ci"]
+    assert lo == pytest.approx(30.0) and hi == pytest.approx(30.0)
+    assert two["interchange"]["removed"] == [1, 3] and two["interchange"]["kept"] == [0, 2, 4, 5]
+    # accuracy falls: its relative change is negative
+    acc = two["replacement"]["metrics"][ACC]["acc"]
+    assert acc["rel_change"] == pytest.approx(-10 / BASE_ACC.sum())
+    assert acc["rel_change"] < two["interchange"]["metrics"][ACC]["acc"]["rel_change"] < 0
+    assert acc["higher_is_better"] is True
+    base = results["baseline"][PPL]["word_perplexity"]
+    assert base["value"] == pytest.approx(math.exp(BASE_NLL.sum() / (N * TOK)))
+    assert "rel_change" not in base
+    assert results["budgets"][1]["random_mean_cost_pct"] == pytest.approx(150.0)
+
+
+def test_the_cheaper_method_wins(results):
+    entry = results["budgets"][1]
+    labels = {(c["a"], c["b"]) for c in entry["comparisons"]}
+    assert not any(lab.startswith("random:") for pair in labels for lab in pair)
+    assert len(entry["comparisons"]) == 3
+    c = _comparison(entry, "replacement", "interchange")
+    assert c["verdict"] == f"interchange better by {1.30 / 1.05:.3g}x"
+    assert c["ratio_of_costs"] == pytest.approx(30.0 / 5.0)
+    d = c["difference"]  # interchange - replacement, in perplexity
+    assert d["estimate"] < 0 and d["ci"][1] < 0
+    assert d["estimate"] == pytest.approx(results["baseline"][PPL]["word_perplexity"]["value"]
+                                          * (1.05 - 1.30))
+    same = _comparison(entry, "interchange", "sleb")
+    assert same["same_layers"] is True and same["verdict"] == "same layers: identical models"
+    assert "difference" not in same
+    assert _comparison(entry, "replacement", "sleb")["verdict"].startswith("sleb better by")
+    assert _comparison(entry, "replacement", "sleb")["same_layers"] is False
+
+
+def test_equal_costs_tie(results):
+    (c,) = results["budgets"][0]["comparisons"]
+    assert c["verdict"] == "tie" and c["ratio_of_costs"] == pytest.approx(1.0)
+    assert c["difference"]["ci"][0] <= 0 <= c["difference"]["ci"][1]
+
+
+def test_contract_and_regime(results):
+    contract = results["contract"]
+    assert contract["stride"] == 256 and contract["words"] == 5000
+    assert contract["calibration"] == {"source": "wikitext2-valid", "prompts": 64, "tokens": 128,
+                                       "positions": "all", "seed": 0}
+    assert results["regime"]["call"] == "divergent"
+    assert results["tasks"] == [PPL, ACC] and results["num_layers"] == 6
+
+
+def test_winner_on_a_higher_is_better_primary():
+    cells = {1: {"a": _cell([2], 1.0, flipped=1), "b": _cell([3], 1.0, flipped=12)}}
+    res = build_results(JOB, "m", 6, _run(1.0), cells, None, [ACC])
+    assert res["primary"] == {"task": ACC, "metric": "acc"}
+    methods = res["budgets"][0]["methods"]
+    assert methods["a"]["cost_pct"] == pytest.approx(-100 / BASE_ACC.sum())
+    assert methods["b"]["cost_pct"] == pytest.approx(-1200 / BASE_ACC.sum())
+    (c,) = res["budgets"][0]["comparisons"]
+    acc_a, acc_b = (BASE_ACC.sum() - 1) / 40, (BASE_ACC.sum() - 12) / 40
+    assert c["verdict"] == f"a better by {acc_a / acc_b:.3g}x"
+    assert c["difference"]["estimate"] == pytest.approx(acc_b - acc_a)
+    assert res["regime"] is None
+
+
+def test_markdown_table(results, tmp_path):
+    path = tmp_path / "results.md"
+    write_markdown(results, path)
+    text = path.read_text()
+    assert text.startswith("# Pruning cost by protocol: /models/m (6 blocks)")
+    assert "| 2 | interchange | [1, 3] |" in text
+    assert "+5.0% [+5.0%, +5.0%] |" in text and "+30.0% [+30.0%, +30.0%] |" in text
+    assert "| 2 | random (mean of seeds) | | | +150.0% |" in text
+    assert "| 2 | replacement vs interchange | 6 | " in text
+    assert f"| interchange better by {1.30 / 1.05:.3g}x |" in text
+    assert "| 1 | interchange vs replacement | 1 | " in text and "| tie |" in text
+    assert "Probe regime (adjacent pairs): **divergent**" in text
