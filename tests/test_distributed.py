@@ -68,6 +68,7 @@ def reference(one_thread) -> dict:
 
 
 @pytest.mark.parametrize("init", ["env", "file"])
+@pytest.mark.slow
 def test_two_processes_match_single_process(tmp_path, reference, init):
     out = tmp_path / "scores.json"
     mp.spawn(_worker, args=(2, _free_port(), str(out), str(tmp_path), init), nprocs=2, join=True)
@@ -81,6 +82,7 @@ def test_two_processes_match_single_process(tmp_path, reference, init):
     assert not list(tmp_path.glob(".scores.json.*.tmp"))  # atomic write left no temp file
 
 
+@pytest.mark.slow
 def test_torchrun_subprocess(tmp_path, reference):
     """The real launcher: ``torchrun --nproc-per-node 2`` on a script calling score_sharded."""
     script = tmp_path / "job.py"
