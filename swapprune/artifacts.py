@@ -44,7 +44,8 @@ _DISTS = {
 }
 
 
-def _check_name(out: Path) -> None:
+def check_name(out: Path) -> None:
+    """Refuse a path whose last component is longer than file systems allow."""
     if len(out.name.encode()) > MAX_NAME:
         raise SwappruneError(f"output name is {len(out.name.encode())} bytes long; the limit is {MAX_NAME}")
 
@@ -89,7 +90,7 @@ def check_output_dir(
             non-empty directory that may not be replaced.
     """
     out = Path(out_dir).expanduser().absolute()
-    _check_name(out)
+    check_name(out)
     resolved = out.resolve()
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
@@ -118,7 +119,7 @@ def check_output_dir(
 def check_output_file(path: str | os.PathLike, what: str = "--out") -> Path:
     """Refuse an output file path before any compute: a directory, under a file, unwritable."""
     out = Path(path).expanduser().absolute()
-    _check_name(out)
+    check_name(out)
     if out.is_dir():
         raise SwappruneError(f"{what} {path} is a directory; give a file name")
     if out.exists() and not os.access(out, os.W_OK):

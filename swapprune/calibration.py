@@ -147,5 +147,8 @@ def _from_datasets(name: str, tokenizer, prompts: int, tokens: int, seed: int) -
                                    split=parts[2] if len(parts) > 2 else "train")
     except Exception as e:  # hub/network errors come in many types
         raise SwappruneError(f"cannot load calibration data set '{name}': {type(e).__name__}: {e}") from None
+    if "text" not in ds.column_names:
+        raise SwappruneError(f"calibration data set '{name}' has no 'text' column (columns: "
+                             f"{', '.join(ds.column_names)})")
     text = "\n".join(t for t in ds["text"] if t)
     return windows_from_text(text, tokenizer, prompts, tokens, seed, name)

@@ -336,7 +336,7 @@ class CompareConfig:
                            "reuses its cache)", flag="--output", aliases=("--out",))
 
     def check(self) -> None:
-        from swapprune.artifacts import check_output_dir, written_by_swapprune
+        from swapprune.artifacts import check_name, check_output_dir, written_by_swapprune
 
         if not self.budgets or min(self.budgets) < 1:
             raise SwappruneError("budgets must be positive integers, e.g. 1,3,5")
@@ -349,6 +349,7 @@ class CompareConfig:
         if self.scores is not None and not Path(self.scores).is_file():
             raise SwappruneError(f"scores file {self.scores} not found")
         out = Path(self.output)
+        check_name(out)
         if out.is_dir() and any(out.iterdir()):
             # An earlier comparison is resumed (its cache is reused); anything else is refused.
             if not ((out / "cache").is_dir() or written_by_swapprune(out)):

@@ -1,0 +1,111 @@
+"""Bad input from the command line: one line on stderr, exit 2, nothing written, no compute.
+
+Every case here once gave a traceback, or failed only after the model had loaded.
+"""
+
+import json
+
+import pytest
+from tiny_models import save_tiny
+
+import swapprune.pipeline as pipeline
+from swapprune.cli import main
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(save_tiny("llama", tmp_path_factory.mktemp("m") / "tiny"))
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    """Fail the test if a command gets as far as loading the model."""
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(pipeline, "load", refuse)
+
+
+CASES = [
+    (["--budget", "1", "--seed", "-1"], "seed must be >= 0"),
+    (["--budget", "1", "--batch-size", "0"], "batch_size must be >= 1"),
+    (["--budget", "1", "--prompts", "0"], "prompts must be >= 1"),
+    (["--budget", "1", "--device", "foo"], "unknown device 'foo'"),
+    (["--budget", "1", "--dtype", "float8"], "unknown dtype 'float8'"),
+    (["--budget", "1", "--max-oracle-calls", "0"], "max_oracle_calls must be >= 1"),
+    (["--budget", "40"], "budget 40"),
+    (["--budget", "1", "--tokens", "100000"], "context length"),
+    (["--budget", "1", "--protocol", "interchang"], "did you mean 'interchange'"),
+    (["--budget", "1", "--protocl", "x"], "did you mean '--protocol'"),
+    (["score", "--bootstrap", "0"], "bootstrap must be >= 1"),
+    (["score", "--bootstrap", "-5"], "bootstrap must be >= 1"),
+    (["score", "--probes", "swap"], "unknown probe 'swap'"),
+    (["score", "--cache-gb", "0"], "cache_gb must be > 0"),
+    (["eval", "--limit", "0"], "limit must be >= 1"),
+    (["eval", "--tasks", "wikitext2_pl"], "did you mean"),
+    (["compare", "--budgets", "0"], "budgets must be positive"),
+    (["compare", "--criteria", "bii"], "did you mean 'bi'"),
+]
+
+
+@pytest.mark.parametrize("args, message", CASES)
+def test_bad_flag_is_one_line_exit_2_nothing_written(model_dir, tmp_path, capsys, no_load,
+                                                      args, message):
+    work = tmp_path / "work"
+    work.mkdir()
+    command = args[0] if args[0] in ("score", "eval", "compare") else None
+    rest = args[1:] if command else args
+    out = work / ("out.json" if command in ("score", "eval") else "out")
+    argv = ([command] if command else []) + ["--model", model_dir, "--output", str(out),
+                                             "--no-progress", *rest]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["score", "eval", "compare", "prune"])
+def test_unusable_output_paths_fail_before_compute(model_dir, tmp_path, capsys, no_load, command):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    directory = tmp_path / "a-dir"
+    directory.mkdir()
+    (directory / "x").write_text("mine")
+    bad = [str(a_file / "under.json"), "n" * 300 + ".json"]
+    if command in ("score", "eval"):
+        bad.append(str(directory))  # a directory where a file is expected
+    else:
+        bad.append(str(a_file))  # a file where a directory is expected
+    for out in bad:
+        extra = ["--budget", "1"] if command == "prune" else []
+        assert main([command, "--model", model_dir, "--output", out, "--no-progress",
+                     *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("swapprune"), err
+    assert a_file.read_text() == "mine" and (directory / "x").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "a-file"]
+
+
+def test_recipe_seed_is_checked(model_dir, tmp_path, capsys, no_load):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(json.dumps({"model": model_dir, "prune": {"budget": 1},
+                                  "export": {"output": str(tmp_path / "o")}}))
+    assert main(["run", str(recipe), "--set", "calibration.seed=-1"]) == 2
+    assert "seed must be >= 0" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
+
+
+def test_overwrite_never_replaces_the_model_or_the_working_directory(
+        model_dir, tmp_path, capsys, no_load, monkeypatch):
+    assert main(["apply", "--plan", str(tmp_path / "nope.json"), "--model", model_dir,
+                 "--output", model_dir, "--overwrite"]) == 2
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    assert main(["apply", "--plan", str(plan), "--model", model_dir, "--output", model_dir,
+                 "--overwrite"]) == 2
+    assert "would replace the input" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    assert main(["--model", model_dir, "--budget", "1", "--output", ".", "--overwrite"]) == 2
+    assert "working directory" in capsys.readouterr().err
+    assert (tmp_path / "plan.json").exists()

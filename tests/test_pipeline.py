@@ -1,0 +1,43 @@
+"""One pipeline: every entry path gives the same plan for the same settings."""
+
+import json
+
+import yaml
+from tiny_models import save_tiny
+
+import swapprune
+from swapprune.cli import main
+from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, SelectConfig
+
+SETTINGS = ["--prompts", "4", "--tokens", "32", "--seed", "3", "--no-progress"]
+
+
+def test_prune_run_compare_and_python_agree(tmp_path):
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    for criterion in ("interchange", "replacement"):
+        pruned = tmp_path / f"pruned-{criterion}"
+        assert main(["--model", model_dir, "--budget", "2", "--protocol", criterion,
+                     "--output", str(pruned), "--no-selfcheck", *SETTINGS]) == 0
+        removed = json.loads((pruned / "plan.json").read_text())["removed"]
+
+        recipe = tmp_path / f"{criterion}.yaml"
+        recipe.write_text(yaml.safe_dump({
+            "model": {"name": model_dir},
+            "calibration": {"prompts": 4, "tokens": 32, "seed": 3},
+            "prune": {"budget": 2, "protocol": criterion},
+            "export": {"output": str(tmp_path / f"run-{criterion}"), "selfcheck": False},
+        }))
+        assert main(["run", str(recipe), "--no-progress"]) == 0
+        ran = json.loads((tmp_path / f"run-{criterion}" / "plan.json").read_text())["removed"]
+
+        cmp = tmp_path / f"cmp-{criterion}"
+        assert main(["compare", "--model", model_dir, "--budgets", "2", "--criteria", criterion,
+                     "--output", str(cmp), "--words", "100", "--max-length", "64",
+                     *SETTINGS]) == 0
+        compared = json.loads((cmp / "results.json").read_text())["budgets"][0]["methods"]
+        cfg = RunConfig(model=ModelConfig(model_dir),
+                        calibration=CalibrationConfig(prompts=4, tokens=32, seed=3),
+                        prune=SelectConfig(budget=2, protocol=criterion))
+        api = swapprune.run(cfg, progress=False).plan.removed
+        assert removed == ran == compared[criterion]["removed"] == api, criterion
+        assert len(removed) == 2
