@@ -26,7 +26,8 @@ def _metric_rows(result, base, tasks):
             continue
         rows[task] = {}
         for name, m in result.tasks[task].metrics.items():
-            row = {"value": m.value, "ci": [m.low, m.high], "higher_is_better": m.higher_is_better}
+            row = {"value": m.value, "ci": [m.low, m.high], "higher_is_better": m.higher_is_better,
+                   "n": len(result.tasks[task].unit_ids)}
             if m.units and base is not None:
                 cmp, _ = compare(base, result, task, name)
                 row["rel_change"] = cmp.ratio.estimate - 1
@@ -119,6 +120,28 @@ def _fmt(x, pct=False):
     return f"{x:+.1f}%" if pct else f"{x:.4g}"
 
 
+def _contract_lines(results: dict) -> list[str]:
+    """What the numbers were measured on, and a warning when it is not the matched contract."""
+    c = results["contract"]
+    task = results["primary"]["task"]
+    base = results["baseline"].get(task, {})
+    n = next((m.get("n") for m in base.values() if isinstance(m, dict) and m.get("n")), None)
+    lines = []
+    if task == "swapprune_wikitext2_ppl":
+        lines.append(f"Setting: WikiText-2 test, first {c['words']} words, windows of "
+                     f"{c['max_length']} tokens, stride {c['stride']}"
+                     + (f", {n} windows" if n else "") + ".")
+    matched = c.get("words") == 5000 and c.get("max_length") == 512 and not c.get("limit")
+    if c.get("limit"):
+        lines.append(f"**Warning: limit {c['limit']}: only the first {c['limit']} units of each "
+                     "task were evaluated. This is a quick look, not the matched contract; "
+                     "verdicts have less power.**")
+    elif task == "swapprune_wikitext2_ppl" and not matched:
+        lines.append("**Warning: these settings differ from the paper's matched contract "
+                     "(5000 words, 512-token windows).**")
+    return lines
+
+
 def write_markdown(results: dict, path: Path) -> None:
     """The table a paper would print, with the verdict column."""
     task, metric = results["primary"]["task"], results["primary"]["metric"]
@@ -128,7 +151,9 @@ def write_markdown(results: dict, path: Path) -> None:
         "",
         f"Metric: {task} / {metric}; baseline {_fmt(base['value'])} "
         f"[{_fmt(base['ci'][0])}, {_fmt(base['ci'][1])}]. "
-        f"Cost = relative change vs the unpruned model; 95% CIs from a paired bootstrap.",
+        f"Cost = relative change vs the unpruned model (positive = worse for a lower-is-better "
+        f"metric); 95% CIs from a bootstrap over the same units.",
+        *_contract_lines(results),
         "",
         "| n | method | removed (0-based) | value [95% CI] | cost [95% CI] |",
         "|---|---|---|---|---|",
@@ -145,13 +170,21 @@ def write_markdown(results: dict, path: Path) -> None:
         if "random_mean_cost_pct" in entry:
             lines.append(f"| {entry['budget']} | random (mean of seeds) | | | "
                          f"{_fmt(entry['random_mean_cost_pct'], True)} |")
-    lines += ["", "| n | A vs B | cost ratio A/B | difference [95% CI] | verdict |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Paired verdicts: B - A is the difference of {metric} (B minus A, in {metric} units) "
+        "over the same units; tie when its 95% CI includes zero; otherwise the better "
+        "method and the ratio of the two values.",
+        "",
+        f"| n | A vs B | B - A ({metric}) [95% CI] | verdict |",
+        "|---|---|---|---|",
+    ]
     for entry in results["budgets"]:
         for c in entry["comparisons"]:
             d = c.get("difference")
             diff = f"{_fmt(d['estimate'])} [{_fmt(d['ci'][0])}, {_fmt(d['ci'][1])}]" if d else "0"
-            lines.append(f"| {entry['budget']} | {c['a']} vs {c['b']} | {_fmt(c['ratio_of_costs'])} | "
-                         f"{diff} | {c['verdict']} |")
+            lines.append(f"| {entry['budget']} | {c['a']} vs {c['b']} | {diff} | "
+                         f"{c['verdict']} |")
     reg = results.get("regime")
     if reg:
         lines += ["", f"Probe regime (adjacent pairs): **{reg['call']}**: median d_repl "
@@ -160,16 +193,38 @@ def write_markdown(results: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _short(model: str) -> str:
+    """A model id for a plot title: the hub id, or the last part of a path."""
+    return model if model.count("/") == 1 and not model.startswith(("/", ".")) else \
+        Path(model.rstrip("/")).name
+
+
+def _setting(results: dict) -> str:
+    c = results["contract"]
+    task = results["primary"]["task"]
+    base = results["baseline"].get(task, {})
+    n = next((m.get("n") for m in base.values() if isinstance(m, dict) and m.get("n")), None)
+    text = task.removeprefix("swapprune_")
+    if n:
+        text += f", {n} units"
+    if c.get("limit"):
+        text += f", limit {c['limit']} (not the contract)"
+    return text
+
+
 def write_plots(results: dict, scores, out: Path) -> list[Path]:
-    """Cost vs budget per method, distance heatmaps, and I/R along depth."""
+    """Cost vs budget per method, and the probe distances (see :func:`plot_scores`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = sorted({lab for e in results["budgets"] for lab in e["methods"]})
+    seen_random = False
     for lab in labels:
         pts = [(e["budget"], e["methods"][lab]) for e in results["budgets"] if lab in e["methods"]]
         pts = [(b, m) for b, m in pts if m["cost_pct"] is not None]
@@ -177,16 +232,23 @@ def write_plots(results: dict, scores, out: Path) -> list[Path]:
             continue
         xs = [b for b, _ in pts]
         ys = [m["cost_pct"] for _, m in pts]
-        style = dict(alpha=0.35, lw=1) if lab.startswith("random:") else dict(lw=2, marker="o")
-        ax.plot(xs, ys, label=lab, **style)
-        if not lab.startswith("random:"):
-            lo = [m["cost_pct_ci"][0] for _, m in pts]
-            hi = [m["cost_pct_ci"][1] for _, m in pts]
-            ax.fill_between(xs, lo, hi, alpha=0.15)
-    ax.set_xlabel("blocks removed")
-    ax.set_ylabel(f"cost: {results['primary']['metric']} change vs base (%)")
-    ax.set_title(results["model"])
-    ax.legend(fontsize=7)
+        if lab.startswith("random:"):
+            ax.plot(xs, ys, color="grey", alpha=0.35, lw=1,
+                    label=None if seen_random else "random (one line per seed)")
+            seen_random = True
+            continue
+        (line,) = ax.plot(xs, ys, label=lab, lw=2, marker="o")
+        lo = [m["cost_pct_ci"][0] for _, m in pts]
+        hi = [m["cost_pct_ci"][1] for _, m in pts]
+        ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("blocks removed (budget n)")
+    ax.set_ylabel(f"cost: {results['primary']['metric']} change vs unpruned (%)")
+    ax.set_title(f"{_short(results['model'])}: pruning cost ({_setting(results)})", fontsize=9)
+    handles, names = ax.get_legend_handles_labels()
+    handles.append(Patch(color="grey", alpha=0.15))
+    names.append("shaded: 95% bootstrap CI")
+    ax.legend(handles, names, fontsize=7)
     fig.tight_layout()
     written.append(out / "cost_vs_budget.png")
     fig.savefig(written[-1], dpi=120)
@@ -197,34 +259,66 @@ def write_plots(results: dict, scores, out: Path) -> list[Path]:
 
 
 def plot_scores(scores, out: Path) -> list[Path]:
-    """Heatmaps of d_repl and d_inter side by side, and per-pair I/R along depth."""
+    """Probe distances: along depth for adjacent pairs, as heatmaps when farther pairs exist.
+
+    Also the per-pair protocol gap ``I/R`` along depth.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
+    from matplotlib.ticker import MaxNLocator
+
+    from swapprune.regime import HIGH as CONDITIONAL
+    from swapprune.regime import REPL_FLOOR as STRONG
 
     L = scores.num_layers
-    mats = {p: np.full((L, L), np.nan) for p in ("replacement", "interchange")}
-    for (i, j) in scores.pairs:
-        for p in mats:
-            if p in scores.protocols():
-                mats[p][i, j] = mats[p][j, i] = scores.distance(p, i, j)
-    vals = np.concatenate([m[np.isfinite(m)] for m in mats.values()])
+    positions = scores.meta.get("positions")
+    names = {"replacement": "d_repl", "interchange": "d_inter"}
+    protos = [p for p in names if p in scores.protocols()]
+    adj = sorted(k for k in scores.pairs if k[1] - k[0] == 1)
     written = []
-    if vals.size and (vals > 0).any():
-        norm = LogNorm(vmin=max(vals[vals > 0].min(), 1e-6), vmax=vals.max())
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-        for ax, (p, m) in zip(axes, mats.items()):
-            im = ax.imshow(np.ma.masked_invalid(m), norm=norm, cmap="viridis")
-            ax.set_title(f"{ {'replacement': 'd_repl', 'interchange': 'd_inter'}[p]} (nats, {scores.meta.get('positions')} positions)")
-            ax.set_xlabel("block j")
-            ax.set_ylabel("block i")
-        fig.colorbar(im, ax=axes, shrink=0.8)
-        written.append(out / "distance_heatmaps.png")
+    if adj and protos:
+        fig, ax = plt.subplots(figsize=(7, 3.8))
+        for p in protos:
+            ax.plot([i for i, _ in adj], [scores.distance(p, i, j) for i, j in adj], marker="o",
+                    label=names[p])
+        ax.axhline(STRONG, color="green", lw=0.8, ls=":",
+                   label=f"{STRONG}: strongly swap-similar below (paper's band)")
+        ax.axhline(CONDITIONAL, color="orange", lw=0.8, ls="--",
+                   label=f"{CONDITIONAL}: not swap-similar above (paper's band)")
+        ax.set_yscale("log")
+        ax.set_xlabel("adjacent pair (i, i+1): i")
+        ax.set_ylabel(f"KL(p_base || p_swapped), nats ({positions} positions)")
+        ax.set_title(f"{_short(str(scores.meta.get('model', '')))}: adjacent-pair swap "
+                     "distances", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(out / "distances_along_depth.png")
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
-    adj = sorted(k for k in scores.pairs if k[1] - k[0] == 1)
+    if any(j - i > 1 for i, j in scores.pairs) and protos:
+        mats = {p: np.full((L, L), np.nan) for p in protos}
+        for (i, j) in scores.pairs:
+            for p in mats:
+                mats[p][i, j] = mats[p][j, i] = scores.distance(p, i, j)
+        vals = np.concatenate([m[np.isfinite(m)] for m in mats.values()])
+        if vals.size and (vals > 0).any():
+            norm = LogNorm(vmin=max(vals[vals > 0].min(), 1e-6), vmax=vals.max())
+            fig, axes = plt.subplots(1, len(mats), figsize=(5 * len(mats), 4.4), squeeze=False)
+            for ax, (p, m) in zip(axes[0], mats.items()):
+                im = ax.imshow(np.ma.masked_invalid(m), norm=norm, cmap="viridis")
+                ax.set_title(f"{names[p]} ({positions} positions); blank = not scored",
+                             fontsize=9)
+                ax.set_xlabel("block j")
+                ax.set_ylabel("block i")
+            cbar = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+            cbar.set_label("KL(p_base || p_swapped), nats")
+            written.append(out / "distance_heatmaps.png")
+            fig.savefig(written[-1], dpi=120)
+            plt.close(fig)
     if adj and {"replacement", "interchange"} <= set(scores.protocols()):
         d = scores.to_dict()
         rows = {(r["i"], r["j"]): r for r in d["pairs"]}
@@ -235,10 +329,13 @@ def plot_scores(scores, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 3.6))
         ax.plot(xs, ir, marker="o", label="I/R = d_inter / d_repl")
         ax.fill_between(xs, lo, hi, alpha=0.2, label="95% bootstrap CI")
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="I/R = 1: no protocol gap")
         ax.set_yscale("log")
-        ax.set_xlabel("pair (i, i+1), i")
+        ax.set_xlabel("adjacent pair (i, i+1): i")
         ax.set_ylabel("I/R")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{_short(str(scores.meta.get('model', '')))}: protocol gap along depth "
+                     f"({positions} positions)", fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "ir_along_depth.png")
