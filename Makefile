@@ -64,3 +64,20 @@ test-llmcompressor: $(LLMC_STAMP)
 	$(LLMC_PY) -c "import transformers, llmcompressor; print('transformers', transformers.__version__, 'llmcompressor', llmcompressor.__version__)"
 	$(LLMC_PY) -m pytest -q tests/test_llmcompressor.py
 	$(LLMC_PY) -m pytest -q --ignore=tests/test_llmcompressor.py
+
+# Mutation testing with mutmut (configured under [tool.mutmut] in pyproject.toml) of the
+# probe plans, selection, scores artifact, bootstrap and compare report, against their fast
+# tests. Not part of CI: tens of minutes on 2 cores. Mutants and results stay in mutants/;
+# list survivors with `.venv/bin/mutmut results`, show one with `.venv/bin/mutmut show NAME`.
+MUTATION_JOBS ?= 2
+
+.PHONY: mutation
+
+mutation: $(STAMP)
+	$(PY) -m pip install -q -e '.[mutation]'
+	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
+	@$(VENV)/bin/mutmut results --all true | awk -F': ' \
+		'{ m = $$1; sub(/^ +/, "", m); sub(/\.x.*/, "", m); n[m]++; s[$$2]++; \
+		   if ($$2 == "killed" || $$2 == "timeout") k[m]++ } \
+		 END { for (m in n) printf "%-28s %5d/%5d killed (%5.1f%%)\n", m, k[m], n[m], 100 * k[m] / n[m]; \
+		       for (x in s) printf "  %s: %d\n", x, s[x] }'
