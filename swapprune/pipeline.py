@@ -148,6 +148,18 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
                          seed=c.seed, model_id=loaded.source.id, progress=progress)
 
 
+def estimate(config: RunConfig, loaded: Loaded, calibration):
+    """The cost of ``config.score`` on this machine, before it runs."""
+    from swapprune.engine.plans import parse_pairs
+    from swapprune.estimate import estimate_scoring
+
+    s = config.score
+    assert s is not None
+    pairs = parse_pairs(s.pairs, loaded.facts.num_layers) if s.pairs else []
+    return estimate_scoring(loaded.model, calibration.input_ids, pairs, s.probes,
+                            config.calibration.batch_size)
+
+
 def reuse_scores(path: str, loaded: Loaded):
     """A scores file from an earlier run, refused if it belongs to another model."""
     from swapprune.engine.scores import ScoreResult
@@ -241,6 +253,7 @@ def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
         calibration = book.stage("calibrate", calibrate, cfg, loaded)
         book.metrics["calibration"] = calibration.describe()
     if cfg.score:
+        book.say(f"[score] {estimate(cfg, loaded, calibration).describe()}")
         scores = book.stage("score", score, cfg, loaded, calibration, progress)
         if scores is None:  # non-zero torchrun rank
             return res
@@ -248,7 +261,10 @@ def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
         # Reused scores: record the calibration that produced them, not this run's settings.
         book.metrics["calibration"] = scores.meta.get("calibration")
         book.metrics["scores_reused_from"] = str(Path(cfg.prune.scores).absolute())
-    plan, scores = book.stage("select", select, cfg, loaded, calibration, scores, progress)
+    if cfg.prune:
+        plan, scores = book.stage("select", select, cfg, loaded, calibration, scores, progress)
+    else:
+        plan, scores = select(cfg, loaded, calibration, scores, progress)  # the identity plan
     res.plan, res.scores = plan, scores
 
     if cfg.prune:
