@@ -58,15 +58,17 @@ def main(argv=None) -> None:
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip-reference", action="store_true")
+    p.add_argument("--skip-small", action="store_true")
     args = p.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",")]
     torch.set_num_threads(args.threads)
     model, tok, _ = swapprune.load_model("smollm2-135m", progress=False)
     result: dict = {"settings": {k: v for k, v in vars(args).items()}, "model": "smollm2-135m",
                     "note": "CPU times on a shared machine; process_time in one process"}
-    small = load_calibration(tok, None, args.small, args.tokens, 0)
-    result["fixed_small"] = fixed(model, small, args)
-    print("fixed small", json.dumps(result["fixed_small"]), flush=True)
+    if not args.skip_small:
+        small = load_calibration(tok, None, args.small, args.tokens, 0)
+        result["fixed_small"] = fixed(model, small, args)
+        print("fixed small", json.dumps(result["fixed_small"]), flush=True)
     pool = load_calibration(tok, None, args.reference, args.tokens, 0)
     if not args.skip_reference:
         result["reference"] = fixed(model, pool, args)
