@@ -180,6 +180,8 @@ class SelectConfig:
 
     max_oracle_calls: int = opt(400, "cap on oracle calls of beam search")
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
+    stability_threshold: float = opt(0.5, "warn when the chosen set comes out in fewer bootstrap "
+                                          "resamples of the calibration windows than this")
     plan: str | None = opt(None, "apply this plan.json instead of selecting", cli=False)
 
     def check(self) -> None:
@@ -193,6 +195,9 @@ class SelectConfig:
         if self.scores is not None and not Path(self.scores).is_file():
             raise SwappruneError(f"scores file {self.scores} not found")
         _positive("max_oracle_calls", self.max_oracle_calls)
+        if not 0 < self.stability_threshold <= 1:
+            raise SwappruneError(
+                f"stability_threshold must be in (0, 1], got {self.stability_threshold}")
 
     def request(self, seed: int = 0):
         """The :class:`swapprune.pruning.PruneRequest` of these settings."""
@@ -301,6 +306,21 @@ class EvalConfig:
 
 
 @dataclass
+class CostConfig:
+    """What the cut cost: base vs pruned WikiText-2 perplexity, measured after selection."""
+
+    windows: int | None = opt(8, "windows of the matched contract to score (the first N; "
+                                 "0: all of them)")
+    threshold: float = opt(0.5, "warn when dPPL exceeds this (0.5 = +50%)")
+
+    def check(self) -> None:
+        if self.windows is not None and self.windows != 0 and self.windows < 2:
+            raise SwappruneError(f"cost windows must be 0 (all) or >= 2, got {self.windows}")
+        if not self.threshold > 0:
+            raise SwappruneError(f"cost threshold must be > 0, got {self.threshold}")
+
+
+@dataclass
 class ExportConfig:
     """Where the checkpoint (or run directory) goes."""
 
@@ -372,6 +392,7 @@ class RunConfig:
     heal: HealConfig | None = opt(None, "LoRA healing, merged")
     quantize: QuantizeConfig | None = opt(None, "weight quantization")
     eval: EvalConfig | None = opt(None, "evaluation at each point")
+    cost: CostConfig | None = opt(None, "quick base-vs-pruned perplexity after selection")
     export: ExportConfig | None = opt(None, "write the checkpoint / run directory")
 
     def check(self) -> RunConfig:
@@ -384,6 +405,8 @@ class RunConfig:
                 stage.check(protect=self._inputs())
             else:
                 stage.check()
+        if self.cost is not None and self.prune is None:
+            raise SwappruneError("cost measures a cut: it needs a prune stage")
         if self.heal is not None and self.heal.near_cuts and self.prune is None:
             raise SwappruneError("heal.near_cuts needs a prune stage")
         if self.eval is not None:

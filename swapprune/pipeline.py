@@ -209,6 +209,50 @@ def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: boo
                         batch_size=c.batch_size, model_id=loaded.source.id, progress=progress)
 
 
+def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
+    """Bootstrap the calibration windows behind ``plan``'s selection; recorded in the plan.
+
+    Returns the :class:`~swapprune.stability.Stability`, or ``None`` for selections that
+    cannot be resampled from scores (model-measured criteria, model-querying strategies).
+    """
+    from swapprune.selection import Constraints
+    from swapprune.stability import plan_stability
+
+    p = config.prune
+    assert p is not None
+    cons = Constraints(loaded.facts.num_layers, p.protect_first, p.protect_last)
+    stab = plan_stability(plan, scores, cons, seed=config.calibration.seed,
+                          threshold=p.stability_threshold)
+    if stab is None:
+        return None
+    plan.scores["stability"] = stab.to_dict()
+    if book is not None:
+        book.metrics["stability"] = stab.to_dict() | {"summary": stab.summary()}
+        book.say(stab.summary())
+        warning = stab.warning()
+        if warning:
+            book.say(warning)
+            book.metrics["stability"]["warning"] = warning
+    return stab
+
+
+def measure_cost(config: RunConfig, loaded: Loaded, plan):
+    """Base vs pruned perplexity on the first windows of the matched contract."""
+    from swapprune.cost import pruning_cost
+
+    c = config.cost
+    assert c is not None
+    windows = c.windows or None
+    if plan.op == "remove":
+        return pruning_cost(loaded.model, loaded.tokenizer, plan, windows=windows,
+                            threshold=c.threshold)
+    from swapprune.surgery import apply_plan
+
+    merged = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None)
+    return pruning_cost(loaded.model, loaded.tokenizer, pruned=merged, windows=windows,
+                        threshold=c.threshold)
+
+
 def evaluate(config: RunConfig, model, tokenizer):
     """Run ``config.eval``'s tasks on an in-memory model."""
     from swapprune.evaluation import evaluate as run_tasks
@@ -266,6 +310,13 @@ def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
     else:
         plan, scores = select(cfg, loaded, calibration, scores, progress)  # the identity plan
     res.plan, res.scores = plan, scores
+    if cfg.prune and cfg.prune.plan is None:
+        stability(cfg, loaded, plan, scores, book)
+    if cfg.cost is not None and cfg.prune:
+        cost = book.stage("cost", measure_cost, cfg, loaded, plan)
+        book.metrics["cost"] = cost.to_dict() | {"summary": cost.summary()}
+        if cost.warning:
+            book.say(f"warning: {cost.warning}")
 
     if cfg.prune:
         from swapprune.surgery import apply_plan
@@ -405,9 +456,11 @@ class _Book:
         assert x is not None
         ids = calibration.input_ids[:2] if calibration is not None else None
         dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
+        record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}
         self.metrics["selfcheck"] = write_checkpoint(
             model, tok, plan, directory, save_dtype=dtype, provenance=self.provenance(calibration),
-            base_model_id=source.id, selfcheck=x.selfcheck, check_ids=ids)
+            base_model_id=source.id, selfcheck=x.selfcheck, check_ids=ids,
+            card_extra=card_lines(self.metrics, plan), record=record)
         return self.metrics["selfcheck"]
 
     def save_quantized(self, directory: Path, model, tok, plan, calibration):
@@ -433,9 +486,32 @@ class _Book:
             write_text_atomic(directory / "eval" / f"{point}.json", res.to_json(indent=1))
 
 
+def card_lines(metrics: dict, plan) -> list[str]:
+    """Model card lines: what the cut cost, how stable the selection is, what auto decided."""
+    lines: list[str] = []
+    cost = metrics.get("cost")
+    if cost:
+        lines += ["## What the cut cost", "", f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
+                  "over windows of the matched contract).",
+                  *([f"- **Warning**: {cost['warning']}"] if cost.get("warning") else []), ""]
+    stab = metrics.get("stability")
+    if stab:
+        lines += ["## Stability of the selection", "", f"- {stab['summary'].removeprefix('stability: ')}.",
+                  *([f"- **{stab['warning']}**"] if stab.get("warning") else []), ""]
+    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
+    if auto:
+        from swapprune.auto import decision_lines
+
+        lines += ["## Regime and action (--protocol auto)", "",
+                  *[f"- {line}" for line in decision_lines(auto)], ""]
+    return lines
+
+
 def _summary(name: str, out) -> str:
     if name == "select" and isinstance(out, tuple) and hasattr(out[0], "describe"):
         return f": {out[0].describe()}"
+    if name == "cost" and hasattr(out, "summary"):
+        return f": {out.summary().removeprefix('cost: ')}"
     if name.startswith("held-out") and isinstance(out, float):
         return f": {out:.3f}"
     if name.startswith("eval ") and hasattr(out, "tasks"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.cli.prune import add_cost, cost_from
 from swapprune.config import ExportConfig, ModelConfig, RunConfig, SelectConfig
 
 EPILOG = """example:
@@ -13,6 +14,7 @@ def add_arguments(p) -> None:
     add_section(p, ModelConfig, "model")
     p.add_argument("--plan", required=True, help="plan.json written by an earlier run")
     add_section(p, ExportConfig, "export", title="output", required=("output",))
+    add_cost(p)
     add_common(p)
 
 
@@ -23,7 +25,7 @@ def run(args) -> int:
 
     cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
                     prune=SelectConfig(plan=args.plan),
-                    export=section_from(args, ExportConfig, "export"))
+                    export=section_from(args, ExportConfig, "export"), cost=cost_from(args))
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
     print_prune_summary(res)
     return 0

@@ -6,7 +6,14 @@ import re
 from pathlib import Path
 
 from swapprune.cli.options import add_common, add_section, section_from
-from swapprune.config import CalibrationConfig, ExportConfig, ModelConfig, RunConfig, SelectConfig
+from swapprune.config import (
+    CalibrationConfig,
+    CostConfig,
+    ExportConfig,
+    ModelConfig,
+    RunConfig,
+    SelectConfig,
+)
 
 EPILOG = """examples:
   swapprune --budget 8 --protocol interchange
@@ -22,7 +29,20 @@ def add_arguments(p) -> None:
     add_section(p, SelectConfig, "prune", title="selection", required=("budget",))
     add_section(p, ExportConfig, "export", title="output",
                 defaults={"output": None})
+    add_cost(p)
     add_common(p, quick=True)
+
+
+def add_cost(p) -> None:
+    """The cost check every pruning command runs after selection, unless ``--no-eval``."""
+    add_section(p, CostConfig, "cost", title="cost check (base vs pruned WikiText-2 perplexity)",
+                prefix="cost")
+    p.add_argument("--no-eval", action="store_true",
+                   help="skip the cost check (the self-check of the checkpoint still runs)")
+
+
+def cost_from(args):
+    return None if args.no_eval else section_from(args, CostConfig, "cost")
 
 
 def default_output(model: str, protocol: str, budget: int) -> str:
@@ -38,7 +58,8 @@ def config_from(args) -> RunConfig:
                                                               select.budget)
     return RunConfig(model=model, calibration=section_from(args, CalibrationConfig, "calibration"),
                      prune=select, export=section_from(args, ExportConfig, "export",
-                                                       output=output))
+                                                       output=output),
+                     cost=cost_from(args))
 
 
 def run(args) -> int:

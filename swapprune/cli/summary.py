@@ -34,12 +34,20 @@ def print_prune_summary(res) -> None:
         line = _regime_line(res.scores.to_dict()["summary"])
         if line:
             print(line)
-    stability = plan.scores.get("stability") if isinstance(plan.scores, dict) else None
-    if isinstance(stability, dict) and stability.get("summary"):
-        print(f"stability: {stability['summary']}")
+    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
+    if auto:
+        from swapprune.auto import decision_lines
+
+        for line in decision_lines(auto):
+            print(line)
+    stability = res.metrics.get("stability")
+    if stability:
+        print(stability["summary"])
+        if stability.get("warning"):
+            print(stability["warning"])
     cost = res.metrics.get("cost")
-    if isinstance(cost, dict) and cost.get("summary"):
-        print(f"cost: {cost['summary']}")
+    if cost:
+        print(cost["summary"])
         if cost.get("warning"):
             print(f"warning: {cost['warning']}")
     sc = res.metrics.get("selfcheck") or {}
