@@ -86,3 +86,23 @@ def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "interchange" in out and "greedy" in out and "laco" in out
+
+
+def test_validate_writes_the_report(model_dir, tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["validate", "--model", model_dir, "--criteria", "interchange,bi", "--output",
+                 str(out), "--bootstrap", "50", *FAST]) == 0
+    data = json.loads((out / "validity.json").read_text())
+    assert set(data["criteria"]) == {"interchange", "bi"}
+    assert (out / "validity.md").is_file() and (out / "validity.png").is_file()
+    assert "| interchange |" in capsys.readouterr().out
+
+
+def test_version_and_command_did_you_mean(capsys):
+    from swapprune import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"swapprune {__version__}"
+    assert main(["scroe"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "swapprune: error: unknown command 'scroe' (did you mean 'score'?)"

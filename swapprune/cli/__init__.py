@@ -25,6 +25,7 @@ COMMANDS = {
     "apply": ("apply", "re-apply a plan.json to a model and save the checkpoint"),
     "eval": ("evaluate", "evaluate a model with lm-eval on the offline task pack"),
     "compare": ("compare", "pruning cost of each criterion at each budget, with paired verdicts"),
+    "validate": ("validate", "does each criterion predict the real cost of deleting a block?"),
     "run": ("recipe", "run a YAML recipe: score -> prune -> heal -> quantize -> eval -> export"),
     "list": ("listing", "list criteria, strategies, merge rules, probes and evaluation tasks"),
 }
