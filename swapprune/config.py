@@ -179,6 +179,8 @@ class SelectConfig:
                       aliases=("oracle_metric",))
 
     max_oracle_calls: int = opt(400, "cap on oracle calls of beam search")
+    beam_seeds: int = opt(12, "beam search: seed candidates taken from the criterion (the paper: "
+                              "top 12 interchange candidates)")
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
     stability_threshold: float = opt(0.5, "warn when the chosen set comes out in fewer bootstrap "
                                           "resamples of the calibration windows than this")
@@ -195,6 +197,7 @@ class SelectConfig:
         if self.scores is not None and not Path(self.scores).is_file():
             raise SwappruneError(f"scores file {self.scores} not found")
         _positive("max_oracle_calls", self.max_oracle_calls)
+        _positive("beam_seeds", self.beam_seeds)
         if not 0 < self.stability_threshold <= 1:
             raise SwappruneError(
                 f"stability_threshold must be in (0, 1], got {self.stability_threshold}")
@@ -207,7 +210,8 @@ class SelectConfig:
             budget=self.budget if self.budget is not None else 1, protocol=self.protocol,
             strategy=self.strategy, op=self.op, merge=self.merge,
             protect_first=self.protect_first, protect_last=self.protect_last, seed=seed,
-            oracle_metric=self.oracle, beam_calls=self.max_oracle_calls)
+            oracle_metric=self.oracle, beam_calls=self.max_oracle_calls,
+            beam_seeds=self.beam_seeds)
 
 
 @dataclass

@@ -12,7 +12,6 @@ def run(args) -> int:
     from swapprune.config import PROBES
     from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
     from swapprune.merging import MERGES
-    from swapprune.selection import STRATEGIES
 
     print("criteria (--protocol), lower importance = more removable:")
     describe = getattr(criteria, "describe", None)
@@ -21,9 +20,12 @@ def run(args) -> int:
             print(f"  {name:<16} {what}" + (f" [{source}]" if source else ""))
     else:
         print("  " + ", ".join(criteria.names()))
-    print("strategies (--strategy): " + ", ".join(
-        n + (":W" if n == "beam" else ":G" if n in ("spaced", "distributed") else "")
-        for n in STRATEGIES.names()))
+    print("strategies (--strategy):")
+    from swapprune.selection import describe as describe_strategies
+
+    for spec, what in describe_strategies():
+        what = what.split(": ", 1)[1] if what.startswith("``") and ": " in what else what
+        print(f"  {spec:<16} {what}")
     print("merge rules (--merge): " + ", ".join(MERGES.names()))
     print("probes (score --probes): " + ", ".join(PROBES))
     tasks = sorted(set(NATIVE_TASKS) | {p.stem for p in PACK_DIR.glob("*.yaml")})

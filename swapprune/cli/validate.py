@@ -22,6 +22,10 @@ def add_arguments(p) -> None:
     g.add_argument("--criteria", type=_csv(str), default=list(DEFAULT_CRITERIA), metavar="A,B",
                    help=f"criteria to check (default: {','.join(DEFAULT_CRITERIA)})")
     g.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    g.add_argument("--target", default="wikitext2-test",
+                   help="text the deletion cost is measured on: wikitext2-test (default; held "
+                        "out from the criteria's calibration text), 'calibration' (the same "
+                        "windows: SLEB then scores 1 by construction), or a .txt file")
     g.add_argument("--output", default=None, help="directory for validity.json/.md/.png (required)")
     add_common(p, quick=True)
 
@@ -40,6 +44,8 @@ def run(args) -> int:
         raise SwappruneError(f"bootstrap must be >= 1, got {args.bootstrap}")
     for name in args.criteria:
         criteria.get(name)
+    if args.target not in ("wikitext2-test", "calibration") and not Path(args.target).is_file():
+        raise SwappruneError(f"--target file {args.target} not found")
     cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
                     calibration=section_from(args, CalibrationConfig, "calibration"))
     for section in (cfg.model, cfg.calibration):
@@ -48,7 +54,16 @@ def run(args) -> int:
     loaded = pipeline.load(cfg, not args.no_progress)
     calibration = pipeline.calibrate(cfg, loaded)
     c = cfg.calibration
+    target = None
+    if args.target != "calibration":
+        from swapprune.calibration import vendored_text, windows_from_text
+
+        text = (vendored_text("wiki.test.raw") if args.target == "wikitext2-test"
+                else Path(args.target).read_text(encoding="utf-8"))
+        target = windows_from_text(text, loaded.tokenizer, c.prompts, c.tokens, c.seed,
+                                   args.target)
     result = predictor_validity(loaded.model, loaded.tokenizer, calibration, args.criteria,
+                                target=target,
                                 positions=c.positions, batch_size=c.batch_size,
                                 n_boot=args.bootstrap, seed=c.seed,
                                 progress=not args.no_progress)
