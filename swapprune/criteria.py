@@ -324,3 +324,8 @@ class Reverse(Criterion):
 
     def importance(self, ctx):
         return -np.arange(ctx.num_layers, dtype=float)
+
+
+# ``auto`` (both swap protocols, the regime call, and the action it implies) lives in
+# its own module; importing it registers the name.
+from swapprune import auto as _auto  # noqa: E402,F401

@@ -105,6 +105,12 @@ def plan_pruning(
     from swapprune.plan import PrunePlan
 
     request = request or PruneRequest(**request_kwargs)
+    if request.protocol == "auto":  # measure both protocols, call the regime, act on it
+        from swapprune.auto import plan_auto
+
+        return plan_auto(model, tokenizer, request, scores=scores, calibration=calibration,
+                         calib=calib, prompts=prompts, tokens=tokens, positions=positions,
+                         batch_size=batch_size, model_id=model_id, progress=progress)
     L = decoder_stack(model).num_layers
     crit, strategy, cons = request.validate(L)
     needs_scores = bool(crit.protocols) and not (
