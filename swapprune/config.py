@@ -120,14 +120,34 @@ class CalibrationConfig:
     positions: str = opt("all", "where KL is measured: all positions (default) or the last "
                                 "(the paper's GPT-2/Pythia setting)")
     batch_size: int = opt(8, "windows per forward pass")
+    adaptive: str = opt("auto", "score in tranches until the selection is stable: on, off, or "
+                                "auto (on for --protocol auto)")
+    target_frequency: float = opt(0.9, "adaptive: stop when the chosen set comes out in this "
+                                       "share of bootstrap resamples")
+    tranche: int = opt(16, "adaptive: windows added per round")
+    max_prompts: int = opt(128, "adaptive: never probe more windows than this")
 
     def check(self) -> None:
+        _choice("adaptive", self.adaptive, ("auto", "on", "off"))
+        if self.adaptive != "off":
+            self.adaptive_settings().check()
         _choice("positions", self.positions, POSITIONS)
         _positive("prompts", self.prompts)
         _positive("tokens", self.tokens, 2)
         _positive("seed", self.seed, 0)
         _positive("batch_size", self.batch_size)
         _check_text_file("calib", self.calib)
+
+    def adaptive_settings(self):
+        """The :class:`~swapprune.adaptive.AdaptiveSettings` of these fields."""
+        from swapprune.adaptive import AdaptiveSettings
+
+        return AdaptiveSettings(target=self.target_frequency, tranche=self.tranche,
+                                max_windows=self.max_prompts, seed=self.seed)
+
+    def adaptive_for(self, protocol: str | None) -> bool:
+        """Whether selection with criterion ``protocol`` scores adaptively."""
+        return self.adaptive == "on" or (self.adaptive == "auto" and protocol == "auto")
 
     def describe(self) -> str:
         return (f"{self.prompts} windows x {self.tokens} tokens of {self.calib or 'wikitext2-valid'}"

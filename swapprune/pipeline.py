@@ -124,12 +124,20 @@ def load(config: RunConfig, progress: bool = True) -> Loaded:
     return Loaded(model, tok, source, facts)
 
 
+def adaptive(config: RunConfig) -> bool:
+    """Whether this run's selection scores adaptively (a pool of windows, used in tranches)."""
+    p = config.prune
+    return bool(p and p.plan is None and not p.scores and config.score is None
+                and config.calibration.adaptive_for(p.protocol))
+
+
 def calibrate(config: RunConfig, loaded: Loaded):
-    """The calibration windows of ``config.calibration``."""
+    """The calibration windows of ``config.calibration`` (the whole pool when adaptive)."""
     from swapprune.calibration import load_calibration
 
     c = config.calibration
-    return load_calibration(loaded.tokenizer, c.calib, c.prompts, c.tokens, c.seed,
+    prompts = c.max_prompts if adaptive(config) else c.prompts
+    return load_calibration(loaded.tokenizer, c.calib, prompts, c.tokens, c.seed,
                             loaded.facts.context_length)
 
 
@@ -204,9 +212,30 @@ def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: boo
         _same_model(getattr(plan, "fingerprint", None), loaded, f"plan {p.plan}")
         return plan, scores
     c = config.calibration
-    return plan_pruning(loaded.model, loaded.tokenizer, p.request(c.seed), scores=scores,
-                        calibration=calibration, positions=c.positions,
-                        batch_size=c.batch_size, model_id=loaded.source.id, progress=progress)
+    request = p.request(c.seed)
+    kwargs = dict(calibration=calibration, positions=c.positions, batch_size=c.batch_size,
+                  model_id=loaded.source.id, progress=progress)
+    if adaptive(config):
+        if p.protocol == "auto":
+            from swapprune.auto import plan_auto
+
+            return plan_auto(loaded.model, loaded.tokenizer, request, tokens=c.tokens,
+                             adaptive=c.adaptive_settings(), **kwargs)
+        from swapprune.adaptive import adaptive_score
+        from swapprune.selection import Constraints
+
+        res = adaptive_score(loaded.model, loaded.tokenizer, criteria=(p.protocol,),
+                             strategy=p.strategy, budget=request.budget,
+                             constraints=Constraints(loaded.facts.num_layers, p.protect_first,
+                                                     p.protect_last),
+                             settings=c.adaptive_settings(), tokens=c.tokens,
+                             **{k: v for k, v in kwargs.items() if k != "progress"})
+        scores = res.scores
+        plan, scores = plan_pruning(loaded.model, loaded.tokenizer, request, scores=scores,
+                                    **kwargs)
+        plan.scores["adaptive"] = res.to_dict()
+        return plan, scores
+    return plan_pruning(loaded.model, loaded.tokenizer, request, scores=scores, **kwargs)
 
 
 def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):

@@ -41,3 +41,28 @@ def test_prune_run_compare_and_python_agree(tmp_path):
         api = swapprune.run(cfg, progress=False).plan.removed
         assert removed == ran == compared[criterion]["removed"] == api, criterion
         assert len(removed) == 2
+
+
+def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    fast = ["--tokens", "32", "--max-prompts", "16", "--tranche", "8", "--no-progress"]
+    out = tmp_path / "auto"
+    assert main(["--model", model_dir, "--budget", "2", "--protocol", "auto", "--output",
+                 str(out), *fast]) == 0
+    printed = capsys.readouterr().out
+    assert "action:" in printed and "adaptive calibration:" in printed and "cost:" in printed
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["protocol"] == "auto" and plan["scores"]["auto"]["regime"]["call"] in (
+        "tie-like", "divergent", "both-high")
+    assert plan["scores"]["auto"]["adaptive"]["stopped"] in ("stable", "max windows")
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["cost"]["dppl"] == json.loads((out / "metrics.json").read_text())["cost"]["dppl"]
+    assert "## Regime and action (--protocol auto)" in (out / "README.md").read_text()
+
+    out = tmp_path / "adaptive"
+    assert main(["--model", model_dir, "--budget", "2", "--protocol", "interchange",
+                 "--adaptive", "on", "--no-eval", "--output", str(out), *fast]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["scores"]["adaptive"]["windows"] <= 16
+    assert plan["scores"]["stability"]["chosen"] == plan["removed"]
+    assert "cost" not in json.loads((out / "metrics.json").read_text())

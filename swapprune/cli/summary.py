@@ -30,16 +30,21 @@ def print_prune_summary(res) -> None:
     else:
         print(f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
               f"{plan.strategy}; kept {len(plan.kept)}")
-    if res.scores is not None and res.scores.pairs:
-        line = _regime_line(res.scores.to_dict()["summary"])
-        if line:
-            print(line)
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
         from swapprune.auto import decision_lines
 
         for line in decision_lines(auto):
             print(line)
+    elif res.scores is not None and res.scores.pairs:
+        line = _regime_line(res.scores.to_dict()["summary"])
+        if line:
+            print(line)
+    adaptive = (auto or {}).get("adaptive") or plan.scores.get("adaptive")
+    if adaptive:
+        print(f"adaptive calibration: {adaptive['windows']} windows, "
+              f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
+              f"stopped: {adaptive['stopped']}")
     stability = res.metrics.get("stability")
     if stability:
         print(stability["summary"])
