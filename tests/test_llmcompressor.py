@@ -146,6 +146,19 @@ def test_pruned_model_is_consistent_for_the_next_modifier(tiny_dir, calib_ids):
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_auto_criterion_passes_through(tiny_dir, calib_ids):
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    state = State(model=model)
+    state.data.calib = _loader(calib_ids)
+    mod = DepthPruningModifier(budget=BUDGET, protocol="auto", calibration_samples=WINDOWS,
+                               calibration_tokens=TOKENS)
+    mod.initialize(state)
+    assert mod.plan.protocol == "auto" and mod.plan.scores["auto"]["regime"]["call"]
+    assert len(model.model.layers) == LAYERS - BUDGET
+    with pytest.raises(SwappruneError, match="does not merge"):
+        DepthPruningModifier(budget=BUDGET, protocol="auto", op="merge")
+
+
 def test_no_dataset_falls_back_to_swapprune_calibration(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     mod = DepthPruningModifier(budget=1, calibration_samples=4, calibration_tokens=32)

@@ -104,6 +104,8 @@ class DepthPruningModifier(Modifier):
     def _check_names(self):
         # Every name resolves now, at the edge, so a typo fails before oneshot loads data.
         self.request().resolve()
+        if self.protocol == "auto" and self.op != "remove":
+            raise SwappruneError("protocol 'auto' removes blocks; it does not merge (op='remove')")
         if self.positions not in ("all", "last"):
             raise SwappruneError(f"positions must be 'all' or 'last', got {self.positions!r}")
         return self
