@@ -177,3 +177,21 @@ def test_plots_are_written(results, tmp_path):
     written = write_plots(results, _scores(0.5, 0.02), tmp_path)
     assert written[0].name == "cost_vs_budget.png" and len(written) >= 2  # + the score plots
     assert all(p.suffix == ".png" and p.stat().st_size > 1000 for p in written)
+
+
+def test_paired_bootstrap_edge_cases():
+    """The paired comparison under the verdicts: seeded, sized, and safe on a zero baseline."""
+    from swapprune.bootstrap import paired_difference, verdict
+
+    a, b = np.arange(1.0, 11.0), np.arange(1.0, 11.0) * 2
+    one, two = paired_difference(a, b, "mean", n_boot=200), paired_difference(a, b, "mean", n_boot=200)
+    assert one == two and one.n_units == 10  # the same seed gives the same intervals
+    assert one.ratio.estimate == pytest.approx(2.0) and one.difference.estimate == pytest.approx(5.5)
+    assert verdict(one, higher_is_better=True, names=("x", "y")) == "y better by 2x"
+    assert verdict(one, higher_is_better=False, names=("x", "y")) == "x better by 2x"
+    unit = paired_difference(np.ones(4), np.full(4, 3.0), "mean", n_boot=50)
+    assert unit.ratio.estimate == pytest.approx(3.0)  # a baseline of exactly 1 is not special
+    zero = paired_difference(np.zeros(4), np.ones(4), "mean", n_boot=50)
+    assert math.isnan(zero.ratio.estimate) and zero.difference.estimate == 1.0
+    with pytest.raises(ValueError, match=r"paired units differ in shape: \(3, 1\) vs \(4, 1\)"):
+        paired_difference(np.ones(3), np.ones(4), "mean")
