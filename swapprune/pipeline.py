@@ -173,6 +173,9 @@ def reuse_scores(path: str, loaded: Loaded):
     from swapprune.engine.scores import ScoreResult
 
     scores = ScoreResult.load(path)
+    if scores.meta.get("incomplete"):
+        raise SwappruneError(f"scores file {path} is from a run that did not finish; rerun "
+                             f"'swapprune score --output {path}' with its settings to complete it")
     if scores.num_layers != loaded.facts.num_layers:
         raise SwappruneError(f"scores file {path} is for a {scores.num_layers}-block model; "
                              f"this model has {loaded.facts.num_layers}")
@@ -183,12 +186,10 @@ def reuse_scores(path: str, loaded: Loaded):
 def _same_model(expected, loaded: Loaded, what: str) -> None:
     """Refuse an artifact whose recorded model fingerprint differs from the loaded model's."""
     if not expected:
-        return
-    try:
-        from swapprune.fingerprint import check_same_model, fingerprint
-    except ImportError:  # fingerprints not available in this build
-        return
-    check_same_model(expected, fingerprint(loaded.model), what)
+        return  # written before artifacts carried fingerprints: only the depth is checked
+    from swapprune.fingerprint import check_same_model, model_fingerprint
+
+    check_same_model(expected, model_fingerprint(loaded.model), what)
 
 
 def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bool = True):
@@ -198,12 +199,26 @@ def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: boo
         ``(plan, scores)``: scores the criterion measured itself, or those given.
     """
     from swapprune.plan import PrunePlan
-    from swapprune.pruning import plan_pruning
 
     L = loaded.facts.num_layers
     p = config.prune
     if p is None:
         return PrunePlan.from_removal(L, [], model=loaded.source.id), scores
+    plan, scores = _select(config, loaded, calibration, scores, progress)
+    if plan.fingerprint is None:
+        from swapprune.fingerprint import model_fingerprint
+
+        plan.fingerprint = model_fingerprint(loaded.model)
+    return plan, scores
+
+
+def _select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bool):
+    from swapprune.plan import PrunePlan
+    from swapprune.pruning import plan_pruning
+
+    L = loaded.facts.num_layers
+    p = config.prune
+    assert p is not None
     if p.plan is not None:
         plan = PrunePlan.from_json(p.plan)
         if plan.num_layers != L:

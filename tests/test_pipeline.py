@@ -66,3 +66,19 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     assert plan["scores"]["adaptive"]["windows"] <= 16
     assert plan["scores"]["stability"]["chosen"] == plan["removed"]
     assert "cost" not in json.loads((out / "metrics.json").read_text())
+
+
+def test_a_plan_or_scores_from_another_model_is_refused(tmp_path, capsys):
+    a = str(save_tiny("llama", tmp_path / "a", seed=0))
+    b = str(save_tiny("llama", tmp_path / "b", seed=1))  # same depth, other weights
+    out = tmp_path / "pa"
+    assert main(["--model", a, "--budget", "1", "--output", str(out), "--no-eval", *SETTINGS]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["fingerprint"]["num_layers"] == 6
+    assert main(["apply", "--plan", str(out / "plan.json"), "--model", b, "--output",
+                 str(tmp_path / "x"), "--no-progress"]) == 2
+    assert "plan" in capsys.readouterr().err
+    assert main(["--model", b, "--scores", str(out / "scores.json"), "--budget", "1",
+                 "--output", str(tmp_path / "y"), "--no-progress"]) == 2
+    assert "scores file" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
