@@ -15,6 +15,7 @@ LM head and any logit soft-capping) and which config fields index layers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -144,7 +145,7 @@ class DecoderStack:
         source: how the stack was found (``table``, ``no_split_modules``, ``numbered``).
     """
 
-    model: nn.Module
+    model: Any  # a transformers PreTrainedModel (nn.Module attributes are untyped)
     spec: ArchSpec
     blocks: nn.ModuleList
     source: str
@@ -184,7 +185,8 @@ class DecoderStack:
         """Final norm(s), LM head and soft-cap: hidden ``[..., H]`` -> logits ``[..., V]``."""
         for mod in self.tail:
             hidden = mod(hidden)
-        logits = self.model.get_output_embeddings()(hidden)
+        lm_head: Any = self.model.get_output_embeddings()
+        logits = lm_head(hidden)
         cap = getattr(self.config, self.spec.softcap_key, None) if self.spec.softcap_key else None
         if cap:
             logits = torch.tanh(logits / cap) * cap
@@ -202,7 +204,7 @@ def _count_key(config) -> str:
 
 
 def _infer_spec(model: nn.Module) -> tuple[ArchSpec, str]:
-    config = model.config
+    config: Any = model.config
     count_key = _count_key(config)
     count = getattr(config, count_key)
     lists = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m)]

@@ -151,7 +151,7 @@ def _pid_alive(pid: int) -> bool:
 
 def clean_stale_partials(out: Path) -> list[Path]:
     """Remove ``.NAME.partial-PID-*`` siblings of ``out`` whose process is gone."""
-    removed = []
+    removed: list[Path] = []
     if not out.parent.is_dir():
         return removed
     for p in out.parent.glob(f".{out.name}.partial-*"):

@@ -75,7 +75,7 @@ def windows_from_text(text: str, tokenizer, prompts: int, tokens: int, seed: int
 
 def windows_from_jsonl(path: Path, tokenizer, prompts: int, tokens: int) -> Calibration:
     """The first ``prompts`` records' ``text``, tokenized with default special tokens, cut to ``tokens``."""
-    rows = []
+    rows: list[list[int]] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if len(rows) == prompts:

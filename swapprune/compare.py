@@ -244,4 +244,6 @@ def _prefix(full, budget: int):
 def _check_budgets(job: CompareJob, runs, num_layers: int) -> None:
     for _label, crit, seed in runs:
         for b in job.compare.budgets:
-            method_config(job, crit, seed, b).prune.request(seed).validate(num_layers)
+            prune = method_config(job, crit, seed, b).prune
+            assert prune is not None
+            prune.request(seed).validate(num_layers)

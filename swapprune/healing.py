@@ -181,7 +181,8 @@ def heal(model, tokenizer=None, config: HealConfig | None = None, *, plan=None, 
 
     torch.manual_seed(config.seed)  # LoRA A init
     lora = LoraConfig(
-        r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout, bias="none",
+        r=config.rank, lora_alpha=config.alpha,  # type: ignore[arg-type]  # peft takes floats
+        lora_dropout=config.dropout, bias="none",
         target_modules=targets, layers_to_transform=layers,
         # Restricts matches to the numbered blocks (never the LM head).
         layers_pattern=stack.spec.blocks.rsplit(".", 1)[-1], task_type="CAUSAL_LM",

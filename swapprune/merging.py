@@ -112,7 +112,10 @@ class Average(MergeRule):
                 f"average merge got {len(weights)} weights for {len(blocks)} blocks"
             )
         total = sum(weights)
-        return sum(w * t for w, t in zip(weights, blocks, strict=True)) / total
+        merged = torch.zeros_like(base)
+        for w, t in zip(weights, blocks, strict=True):
+            merged = merged + w * t
+        return merged / total
 
 
 @register_merge("laco")

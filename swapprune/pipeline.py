@@ -101,7 +101,7 @@ def read_facts(config: RunConfig):
 def _converted(src):
     """The cached converted copy of a GGUF source, if one exists (see :mod:`swapprune.loading`)."""
     try:
-        from swapprune.gguf_cache import cached_source  # type: ignore[attr-defined]
+        from swapprune.gguf_cache import cached_source
     except ImportError:
         return None
     return cached_source(src)
@@ -510,6 +510,7 @@ class _Book:
     def save_quantized(self, directory: Path, model, tok, plan, calibration):
         from swapprune.quantization import save_quantized
 
+        assert self.config.quantize is not None
         ids = calibration.input_ids[:2] if calibration is not None else None
         prov = {"command": self.command, "config": self.config.to_dict(),
                 "plan": plan.describe()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -60,7 +61,7 @@ def apply_plan(model: nn.Module, plan: PrunePlan, log: Log | None = None) -> nn.
     """
     say = _as_log_fn(log)
     stack = decoder_stack(model)
-    config = model.config
+    config: Any = model.config
     old_n = stack.num_layers
     if plan.num_layers != old_n:
         raise SwappruneError(
@@ -116,7 +117,7 @@ def apply_plan(model: nn.Module, plan: PrunePlan, log: Log | None = None) -> nn.
     for new_idx, block in enumerate(new_blocks):
         for mod in block_layer_idx_modules(block):
             if mod.layer_idx != new_idx:
-                mod.layer_idx = new_idx
+                setattr(mod, "layer_idx", new_idx)  # noqa: B010 (an nn.Module attribute)
                 renumbered += 1
     if renumbered:
         say(f"layer_idx: {kept} -> {list(range(len(kept)))} ({renumbered} modules renumbered)")
@@ -202,7 +203,7 @@ def pruned_view(model: nn.Module, plan: Sequence[int]) -> Iterator[nn.Module]:
     stack = decoder_stack(model)
     parent_path, attr = stack.spec.blocks.rsplit(".", 1)
     parent = get_submodule(model, parent_path)
-    config = model.config
+    config: Any = model.config
     old_blocks = getattr(parent, attr)
     old_count = getattr(config, stack.spec.count_key)
     old_types = getattr(config, TYPE_KEY, None)

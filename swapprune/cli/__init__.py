@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 from swapprune import __version__
 from swapprune.cli.options import Formatter, Parser
@@ -56,6 +57,7 @@ def build_parser() -> Parser:
         p = sub.add_parser(name, help=text, description=text, epilog=getattr(mod, "EPILOG", None),
                            formatter_class=Formatter)
         mod.add_arguments(p)
+        parser.commands[name] = p
     return parser
 
 
@@ -72,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in COMMANDS:
         from swapprune.cli.options import apply_quick
 
-        sub = parser._subparsers._group_actions[0].choices[argv[0]]  # type: ignore[union-attr]
-        apply_quick(sub, argv)
+        apply_quick(parser.commands[argv[0]], argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, or a one-line usage error
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def say_to_stderr(args) -> object:
+def say_to_stderr(args) -> Callable[[str], None] | None:
     """Stage lines on stderr, or nothing with ``--no-progress``."""
     if getattr(args, "no_progress", False):
         return None

@@ -31,6 +31,10 @@ QUICK = {
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line, exit status 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str) -> typing.NoReturn:
         hint = f"; see '{self.prog} --help'"
         if message.startswith("unrecognized arguments: "):

@@ -37,9 +37,9 @@ def print_prune_summary(res) -> None:
         for line in decision_lines(auto):
             print(line)
     elif res.scores is not None and res.scores.pairs:
-        line = _regime_line(res.scores.to_dict()["summary"])
-        if line:
-            print(line)
+        regime = _regime_line(res.scores.to_dict()["summary"])
+        if regime:
+            print(regime)
     adaptive = (auto or {}).get("adaptive") or plan.scores.get("adaptive")
     if adaptive:
         print(f"adaptive calibration: {adaptive['windows']} windows, "

@@ -59,7 +59,8 @@ def wikitext_pages(text: str) -> list[str]:
     (``= Title =``), and pages that are only whitespace are dropped, except that
     the builder always yields the final page.
     """
-    pages, lines = [], []
+    pages: list[str] = []
+    lines: list[str] = []
     for line in text.split("\n"):
         rline = line.replace("= = =", "===").replace("= =", "==").strip()
         if rline.startswith("= ") and rline.strip().endswith(" ="):
