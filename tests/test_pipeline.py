@@ -82,3 +82,19 @@ def test_a_plan_or_scores_from_another_model_is_refused(tmp_path, capsys):
                  "--output", str(tmp_path / "y"), "--no-progress"]) == 2
     assert "scores file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_provenance_of_reused_scores_is_their_own_calibration(tmp_path):
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    scores = tmp_path / "s.json"
+    assert main(["score", "--model", model_dir, "--output", str(scores), "--prompts", "4",
+                 "--tokens", "24", "--no-progress"]) == 0
+    out = tmp_path / "p"
+    # No calibration flags: the run's own defaults (64 x 128) were never used for these scores.
+    assert main(["--model", model_dir, "--scores", str(scores), "--budget", "1", "--output",
+                 str(out), "--no-eval", "--no-progress"]) == 0
+    prov = json.loads((out / "provenance.json").read_text())
+    cal = prov["invocation"]["calibration"]
+    assert (cal["prompts"], cal["tokens"]) == (4, 24)
+    assert prov["invocation"]["scores_reused_from"] == str(scores)
+    assert json.loads((out / "scores.json").read_text())["calibration"]["prompts"] == 4
