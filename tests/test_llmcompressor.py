@@ -68,10 +68,18 @@ def calib_ids():
 def compressed(tiny_dir, calib_ids, tmp_path_factory):
     """oneshot(prune 2 blocks -> W4A16), its in-memory logits, then the saved checkpoint."""
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    modifier = DepthPruningModifier(budget=BUDGET, protocol="interchange",
-                                    calibration_samples=WINDOWS, calibration_tokens=TOKENS)
-    model = oneshot(model=model, processor=tiny_tokenizer(), dataset=_loader(calib_ids),
-                    recipe=[modifier, _w4a16()])
+    modifier = DepthPruningModifier(
+        budget=BUDGET,
+        protocol="interchange",
+        calibration_samples=WINDOWS,
+        calibration_tokens=TOKENS,
+    )
+    model = oneshot(
+        model=model,
+        processor=tiny_tokenizer(),
+        dataset=_loader(calib_ids),
+        recipe=[modifier, _w4a16()],
+    )
     out = tmp_path_factory.mktemp("compressed")
     model.save_pretrained(out, save_compressed=True)
     # The in-memory compressed model. Measured after the save: with an accelerator
@@ -118,8 +126,13 @@ def test_plan_inside_oneshot_equals_swapprune_prune(compressed, tiny_dir, calib_
     assert mod.calibration_info["source"] == "oneshot-dataloader"
     assert (mod.calibration_info["prompts"], mod.calibration_info["tokens"]) == (WINDOWS, TOKENS)
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    _, plan = prune(model, budget=BUDGET, protocol="interchange",
-                    calibration=Calibration(calib_ids, "test", 0), progress=False)
+    _, plan = prune(
+        model,
+        budget=BUDGET,
+        protocol="interchange",
+        calibration=Calibration(calib_ids, "test", 0),
+        progress=False,
+    )
     assert plan.removed == mod.plan.removed
     assert plan.scores["importance"] == pytest.approx(mod.plan.scores["importance"])
     # The same blocks in full precision: close to the compressed model, but not equal
@@ -134,8 +147,9 @@ def test_pruned_model_is_consistent_for_the_next_modifier(tiny_dir, calib_ids):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     state = State(model=model)
     state.data.calib = _loader(calib_ids)
-    mod = DepthPruningModifier(budget=BUDGET, op="merge", calibration_samples=WINDOWS,
-                               calibration_tokens=TOKENS)
+    mod = DepthPruningModifier(
+        budget=BUDGET, op="merge", calibration_samples=WINDOWS, calibration_tokens=TOKENS
+    )
     mod.initialize(state)
     kept = LAYERS - BUDGET
     assert model.config.num_hidden_layers == len(model.model.layers) == kept
@@ -150,8 +164,9 @@ def test_auto_criterion_passes_through(tiny_dir, calib_ids):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     state = State(model=model)
     state.data.calib = _loader(calib_ids)
-    mod = DepthPruningModifier(budget=BUDGET, protocol="auto", calibration_samples=WINDOWS,
-                               calibration_tokens=TOKENS)
+    mod = DepthPruningModifier(
+        budget=BUDGET, protocol="auto", calibration_samples=WINDOWS, calibration_tokens=TOKENS
+    )
     mod.initialize(state)
     assert mod.plan.protocol == "auto" and mod.plan.scores["auto"]["regime"]["call"]
     assert len(model.model.layers) == LAYERS - BUDGET
@@ -187,11 +202,16 @@ def test_budget_too_large_fails_before_any_forward(tiny_dir, calib_ids):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     calls = []
     model.register_forward_pre_hook(lambda *_: calls.append(1))
-    mod = DepthPruningModifier(budget=LAYERS, calibration_samples=WINDOWS,
-                               calibration_tokens=TOKENS)
+    mod = DepthPruningModifier(
+        budget=LAYERS, calibration_samples=WINDOWS, calibration_tokens=TOKENS
+    )
     with pytest.raises(SwappruneError, match=f"budget {LAYERS} would remove every block"):
-        oneshot(model=model, processor=tiny_tokenizer(), dataset=_loader(calib_ids),
-                recipe=[mod, _w4a16()])
+        oneshot(
+            model=model,
+            processor=tiny_tokenizer(),
+            dataset=_loader(calib_ids),
+            recipe=[mod, _w4a16()],
+        )
     assert calls == []
     assert len(model.model.layers) == LAYERS
 
@@ -224,10 +244,12 @@ def test_example_yaml_recipe_resolves():
 def test_windows_from_dataloader_drops_padding_and_short_samples():
     pad = 0
     batch = {
-        "input_ids": torch.tensor([[pad, pad, 5, 6, 7, 8], [9, 10, 11, pad, pad, pad],
-                                   [12, 13, 14, 15, 16, 17]]),
-        "attention_mask": torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0],
-                                        [1, 1, 1, 1, 1, 1]]),
+        "input_ids": torch.tensor(
+            [[pad, pad, 5, 6, 7, 8], [9, 10, 11, pad, pad, pad], [12, 13, 14, 15, 16, 17]]
+        ),
+        "attention_mask": torch.tensor(
+            [[0, 0, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]]
+        ),
     }
     cal = windows_from_dataloader([batch], samples=2, tokens=4)
     assert cal.input_ids.tolist() == [[5, 6, 7, 8], [12, 13, 14, 15]]

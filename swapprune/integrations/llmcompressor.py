@@ -90,7 +90,8 @@ class DepthPruningModifier(Modifier):
     positions: str = Field("all", description="KL positions of the swap probes: all|last.")
     batch_size: int = Field(8, ge=1, description="Windows per forward pass while scoring.")
     tokenizer: str | None = Field(
-        None, description="Tokenizer for text calibration without oneshot data; "
+        None,
+        description="Tokenizer for text calibration without oneshot data; "
         "None: the model's name_or_path.",
     )
     plan_path: str | None = Field(None, description="Write the prune plan (JSON) here.")
@@ -113,9 +114,16 @@ class DepthPruningModifier(Modifier):
     def request(self) -> PruneRequest:
         """The :class:`~swapprune.pruning.PruneRequest` these fields describe."""
         return PruneRequest(
-            budget=self.budget, protocol=self.protocol, strategy=self.strategy, op=self.op,
-            merge=self.merge, protect_first=self.protect_first, protect_last=self.protect_last,
-            seed=self.seed, oracle_metric=self.oracle_metric, beam_calls=self.beam_calls,
+            budget=self.budget,
+            protocol=self.protocol,
+            strategy=self.strategy,
+            op=self.op,
+            merge=self.merge,
+            protect_first=self.protect_first,
+            protect_last=self.protect_last,
+            seed=self.seed,
+            oracle_metric=self.oracle_metric,
+            beam_calls=self.beam_calls,
         )
 
     @property
@@ -157,8 +165,13 @@ class DepthPruningModifier(Modifier):
         # oneshot runs initialization with gradients on; the probes need none.
         with _timed(self._timings, "plan"), torch.no_grad():
             plan, scores = plan_pruning(
-                model, None, request, calibration=calibration, positions=self.positions,
-                batch_size=self.batch_size, model_id=getattr(model, "name_or_path", None) or None,
+                model,
+                None,
+                request,
+                calibration=calibration,
+                positions=self.positions,
+                batch_size=self.batch_size,
+                model_id=getattr(model, "name_or_path", None) or None,
                 progress=False,
             )
         with _timed(self._timings, "surgery"):
@@ -241,13 +254,23 @@ def windows_from_dataloader(loader, samples: int, tokens: int) -> Calibration:
     if len(rows) < samples:
         logger.warning(
             "DepthPruningModifier: {} of {} oneshot samples have >= {} tokens; scoring on "
-            "{} windows, not {}", len(rows), seen, tokens, len(rows), samples,
+            "{} windows, not {}",
+            len(rows),
+            seen,
+            tokens,
+            len(rows),
+            samples,
         )
     return Calibration(torch.stack(rows), f"{ONESHOT}-dataloader", 0)
 
 
-def calibration_dataloader(tokenizer, source: str | None = None, samples: int = DEFAULT_PROMPTS,
-                           tokens: int = DEFAULT_TOKENS, seed: int = 0):
+def calibration_dataloader(
+    tokenizer,
+    source: str | None = None,
+    samples: int = DEFAULT_PROMPTS,
+    tokens: int = DEFAULT_TOKENS,
+    seed: int = 0,
+):
     """swapprune's calibration windows as a DataLoader to hand to ``oneshot(dataset=...)``.
 
     The pruning modifier then scores on exactly the windows ``swapprune.prune``
@@ -258,14 +281,17 @@ def calibration_dataloader(tokenizer, source: str | None = None, samples: int = 
     from swapprune.calibration import load_calibration
 
     cal = load_calibration(tokenizer, source, samples, tokens, seed)
-    rows = [{"input_ids": r[None], "attention_mask": torch.ones_like(r)[None]}
-            for r in cal.input_ids]
-    return DataLoader(rows, batch_size=None)
+    rows = [
+        {"input_ids": r[None], "attention_mask": torch.ones_like(r)[None]} for r in cal.input_ids
+    ]
+    return DataLoader(rows, batch_size=None)  # type: ignore[arg-type]  # a list is a map dataset
 
 
 def _changed_keys(before: dict, after: dict) -> list[tuple[str, ...]]:
     """Paths of the config entries the surgery changed (top level and ``text_config``)."""
-    paths = [(k,) for k in after if k != "text_config" and before.get(k) != after[k]]
+    paths: list[tuple[str, ...]] = [
+        (k,) for k in after if k != "text_config" and before.get(k) != after[k]
+    ]
     inner_b, inner_a = before.get("text_config"), after.get("text_config")
     if isinstance(inner_b, dict) and isinstance(inner_a, dict):
         paths += [("text_config", k) for k in inner_a if inner_b.get(k) != inner_a[k]]
@@ -291,7 +317,8 @@ def _keep_config_on_save(model, paths: list[tuple[str, ...]]) -> None:
         _patch_saved_config(Path(save_directory) / "config.json", model.config.to_dict(), paths)
         return result
 
-    save_pretrained._overridden = True  # llm-compressor must not wrap it a second time
+    # llm-compressor must not wrap it a second time.
+    setattr(save_pretrained, "_overridden", True)  # noqa: B010
     model.save_pretrained = save_pretrained
 
 
