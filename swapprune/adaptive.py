@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
 from swapprune.selection import Constraints
 from swapprune.stability import Stability, _resolve, select_on, selection_stability
+
+if TYPE_CHECKING:
+    from swapprune.engine.scores import ScoreResult
 
 TARGET = 0.9
 TRANCHE = 16
@@ -96,7 +100,7 @@ class AdaptiveResult:
         seconds, cpu_seconds: wall and process CPU time of the loop.
     """
 
-    scores: object
+    scores: ScoreResult
     stability: dict[str, Stability]
     rounds: list[dict] = field(default_factory=list)
     stopped: str = ""
@@ -213,9 +217,11 @@ def calibrate(
         raise SwappruneError(f"only {limit} windows available, fewer than one tranche of "
                              f"{settings.tranche}")
     order = np.random.default_rng(settings.seed).permutation(limit)
-    pairs = [tuple(sorted(p)) for p in pairs]
+    pairs = [cast(Pair, tuple(sorted(p))) for p in pairs]
     values: dict[Pair, dict[str, np.ndarray]] = {}
-    result = AdaptiveResult(scores=None, stability={})
+    rounds: list[dict] = []
+    stopped = ""
+    pair_windows = 0
     start, cpu = time.perf_counter(), time.process_time()
     active: list[Pair] = list(pairs)
     used = 0
@@ -231,7 +237,7 @@ def calibrate(
                 old[k] if old is not None else np.full(used, np.nan),
                 new[k] if new is not None else np.full(n_new, np.nan)]) for k in keys}
         used += n_new
-        result.pair_windows += len(active) * n_new
+        pair_windows += len(active) * n_new
         scores = ScoreResult(meta=dict(meta), pairs=dict(values), n_boot=settings.n_boot,
                              seed=settings.seed)
         stab = {c.name: selection_stability(scores, c, strat, budget, cons,
@@ -240,12 +246,12 @@ def calibrate(
         record = {"windows": used, "pairs_probed": len(active),
                   "frequency": {k: s.frequency for k, s in stab.items()},
                   "chosen": {k: s.chosen for k, s in stab.items()}}
-        result.rounds.append(record)
+        rounds.append(record)
         if min(s.frequency for s in stab.values()) >= settings.target:
-            result.stopped = "stable"
+            stopped = "stable"
             break
         if used + settings.tranche > limit:
-            result.stopped = "max windows"
+            stopped = "max windows"
             break
         idx = resample_indices(used, settings.n_boot, settings.seed)
         decisive = decisive_pairs(scores, crits, strat, budget, cons, idx)
@@ -254,8 +260,8 @@ def calibrate(
                     if IN_PLAY <= p <= 1 - IN_PLAY}
             decisive = {p for p in pairs if p[0] in play or p[1] in play} or set(pairs)
         active = sorted(decisive)
-    result.scores = scores
-    result.stability = stab
+    result = AdaptiveResult(scores=scores, stability=stab, rounds=rounds, stopped=stopped,
+                            pair_windows=pair_windows)
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     scores.meta["adaptive"] = {

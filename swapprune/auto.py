@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -123,8 +124,9 @@ def beam_over(
         if not step:
             break
         beams = sorted((c, k) for k, c in step.items())[:width]
+    best_cost: float | None
     best_cost, best = beams[0]
-    notes = {"calls": len(seen), "capped": capped, "width": width, "cap": max_calls}
+    notes: dict[str, Any] = {"calls": len(seen), "capped": capped, "width": width, "cap": max_calls}
     if len(best) < budget:
         fill = [b for b in candidates if b not in best][: budget - len(best)]
         notes["completed_by_order"] = fill

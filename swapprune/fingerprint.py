@@ -76,7 +76,7 @@ def _update(h, label: str, tensor: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def model_fingerprint(model: nn.Module) -> dict[str, Any]:
+def model_fingerprint(model: Any) -> dict[str, Any]:
     """The fingerprint of ``model``: ``{"config", "weights", "dtype", "num_layers"}``.
 
     Deterministic across loads of the same checkpoint in the same dtype;

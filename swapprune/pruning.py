@@ -135,6 +135,7 @@ def plan_pruning(
     if needs_oracle:
         from swapprune.engine.oracle import CalibrationOracle
 
+        assert calibration is not None  # loaded above when an oracle is needed
         oracle = CalibrationOracle(model, calibration.input_ids, batch_size, request.oracle_metric)
     ctx = criteria_mod.Context(num_layers=L, scores=scores, oracle=oracle, seed=request.seed)
     importance = crit.importance(ctx)

@@ -93,7 +93,7 @@ def medians(pairs, keys, idx=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.median(repl, -1), np.median(inter, -1), np.nanmedian(ir, -1)
 
 
-def regime(pairs, idx=None, positions: str | None = None) -> dict:
+def regime(pairs, idx=None, positions: str | None = None) -> dict | None:
     """The regime call with its numbers and, given resample indices, its bootstrap confidence.
 
     Args:

@@ -287,7 +287,7 @@ class RankedPairs(Strategy):
     def check(self, budget, cons):
         super().check(budget, self._cons(cons))
 
-    def choose(self, inputs):
+    def choose(self, inputs: SelectionInputs) -> Selection:
         if inputs.pair_table is None:
             raise SwappruneError("ranked-pairs needs pair scores (criterion interchange or replacement)")
         allowed = set(self._cons(inputs.constraints).candidates())
@@ -347,13 +347,15 @@ class Clustered(Strategy):
         cands = inputs.constraints.candidates()
         if self.span is not None:
             return [b for b in cands if self.span[0] <= b <= self.span[1]]
+        threshold = self.threshold
+        assert threshold is not None  # __init__ sets exactly one of span / threshold
         best: list[int] = []
         run: list[int] = []
         for b in cands:
-            if float(inputs.importance[b]) <= self.threshold and (not run or run[-1] == b - 1):
+            if float(inputs.importance[b]) <= threshold and (not run or run[-1] == b - 1):
                 run.append(b)
             else:
-                run = [b] if float(inputs.importance[b]) <= self.threshold else []
+                run = [b] if float(inputs.importance[b]) <= threshold else []
             if len(run) > len(best):
                 best = list(run)
         return best
@@ -463,7 +465,7 @@ class Iterative(Strategy):
     name = "iterative"
     needs = frozenset({"rescore"})
 
-    def choose(self, inputs):
+    def choose(self, inputs: SelectionInputs) -> Selection:
         if inputs.rescore is None:
             raise SwappruneError("iterative selection needs a criterion that can rescore a pruned model")
         removed: list[int] = []

@@ -59,7 +59,7 @@ class CalibrationOracle:
             for s in range(0, input_ids.shape[0], batch_size)
         ]
         self.targets = [input_ids[s : s + batch_size, 1:] for s in range(0, input_ids.shape[0], batch_size)]
-        self._base_logits = None
+        self._base_logits: list[torch.Tensor] | None = None
 
     def kept(self, removed: Sequence[int]) -> tuple[int, ...]:
         gone = set(removed)

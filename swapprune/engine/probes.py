@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,7 +110,7 @@ class ProbeEngine:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: Any,
         input_ids: torch.Tensor,
         positions: str | tuple[str, ...] = "last",
         batch_size: int = 8,

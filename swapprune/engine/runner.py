@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -93,7 +94,7 @@ class PlanRunner:
         stack: its decoder stack; resolved from the model if omitted.
     """
 
-    def __init__(self, model: nn.Module, stack: DecoderStack | None = None):
+    def __init__(self, model: Any, stack: DecoderStack | None = None):
         self.model = model
         self.stack = stack or decoder_stack(model)
         self.num_layers = self.stack.num_layers
@@ -178,7 +179,10 @@ class PlanRunner:
                 raise ValueError(f"plan {p} names blocks outside 0..{self.num_layers - 1}")
         yield from self._walk(plans, list(range(len(plans))), 0, cache.hidden[0], True, cache)
 
-    def _walk(self, plans, group, depth, state, on_base, cache):
+    def _walk(
+        self, plans: Sequence[Sequence[int]], group: list[int], depth: int,
+        state: torch.Tensor, on_base: bool, cache: BatchCache,
+    ) -> Iterator[tuple[int, torch.Tensor]]:
         for g in group:
             if len(plans[g]) == depth:
                 yield g, state

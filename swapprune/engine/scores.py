@@ -107,8 +107,8 @@ class ScoreResult:
     def num_windows(self) -> int:
         for v in self.pairs.values():
             return len(next(iter(v.values())))
-        for v in self.deletion.values():
-            return len(v)
+        for d in self.deletion.values():
+            return len(d)
         return 0
 
     # -- serialisation -----------------------------------------------------

@@ -29,9 +29,11 @@ A rerun with ``out`` pointing at an existing file resumes from it:
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +69,7 @@ def score(
     tokenizer=None,
     *,
     positions: str = "all",
-    out: str | Path | None = None,
+    out: str | os.PathLike | None = None,
     shard: tuple[int, int] = (0, 1),
     **kwargs,
 ) -> ScoreResult:
@@ -102,7 +104,7 @@ def score_modes(
     batch_size: int = 8,
     cache_gb: float = 4.0,
     n_boot: int = 1000,
-    out: str | Path | None = None,
+    out: str | os.PathLike | None = None,
     model_id: str | None = None,
     progress: bool = True,
     shard: tuple[int, int] = (0, 1),
@@ -128,7 +130,8 @@ def score_modes(
         progress: show a progress bar with an ETA.
         shard: ``(rank, world)``: probe only this rank's share of the units.
     """
-    protocols = parse_protocols(protocols)
+    # parse_protocols takes str | list[str]; a list of the same names parses identically.
+    protocols = parse_protocols(protocols if isinstance(protocols, str) else list(protocols))
     modes = tuple(modes)
     for m in modes:
         if m not in POSITIONS:
@@ -137,16 +140,19 @@ def score_modes(
         raise ValueError("out= needs exactly one positions mode")
     stack = decoder_stack(model)
     L = stack.num_layers
-    pair_list = parse_pairs(pairs, L) if isinstance(pairs, str) else [tuple(sorted(p)) for p in pairs]
+    pair_list = (
+        parse_pairs(pairs, L) if isinstance(pairs, str) else [(i, j) for i, j in map(sorted, pairs)]
+    )
     for i, j in pair_list:
         if not (0 <= i < L and 0 <= j < L) or i == j:
             raise SwappruneError(f"pair {i}-{j} is out of range for {L} blocks")
         stack.check_swappable(i, j)
     calibration = _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed)
     param = next(model.parameters())
+    config: Any = model.config
     meta = {
-        "model": model_id or getattr(model.config, "_name_or_path", "") or type(model).__name__,
-        "model_type": model.config.model_type,
+        "model": model_id or getattr(config, "_name_or_path", "") or type(model).__name__,
+        "model_type": config.model_type,
         "num_layers": L,
         "fingerprint": model_fingerprint(model),
         "calibration": calibration.describe(),
@@ -176,6 +182,7 @@ def score_modes(
     def flush(force: bool) -> None:
         if not writes or not (force or time.perf_counter() - flushed[0] >= FLUSH_S):
             return
+        assert out is not None  # writes implies out
         first.meta["incomplete"] = _incomplete_record(in_flight, len(remaining), modes[0], batch_size)
         first.save(out)
         flushed[0] = time.perf_counter()
@@ -218,6 +225,7 @@ def score_modes(
     for r in results.values():
         r.meta.pop("incomplete", None)
     if writes:
+        assert out is not None  # writes implies out
         first.save(out)
     return results
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
@@ -141,13 +142,14 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
         part = score(model, tokenizer, out=None, shard=(rank, world), progress=progress, **score_kwargs)
         payload = {"meta": part.meta, "pairs": part.pairs, "deletion": part.deletion,
                    "n_boot": part.n_boot, "seed": part.seed}
-        gathered = [None] * world if rank == 0 else None
+        gathered: list[Any] | None = [None] * world if rank == 0 else None
         dist.gather_object(payload, gathered, dst=0, group=group)
     finally:
         if created:
             dist.destroy_process_group()
     if rank != 0:
         return None
+    assert gathered is not None  # rank 0 allocated the gather list
     merged = merge_results([ScoreResult(**p) for p in gathered])
     if out is not None:
         merged.save(Path(out))
