@@ -12,11 +12,29 @@ lm-eval task pack in ``swapprune/tasks`` (``swapprune_wikitext``,
 ``swapprune_lambada_openai``, ``swapprune_piqa``, ``swapprune_winogrande``,
 ``swapprune_arc_easy``, ``swapprune_boolq``), all on vendored data; any other
 lm-eval task name is passed through to lm-eval.
+
+Importing this package (or resolving task names) imports neither lm-eval nor
+numpy; ``evaluate`` and the result types load on first use, and lm-eval only
+when a model is evaluated.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR, resolve_tasks
-from swapprune.evaluation.pipeline import evaluate
-from swapprune.evaluation.results import EvalResult, Metric, TaskResult, compare
+
+if TYPE_CHECKING:
+    from swapprune.evaluation.pipeline import evaluate
+    from swapprune.evaluation.results import EvalResult, Metric, TaskResult, compare
+
+_LAZY = {
+    "evaluate": "swapprune.evaluation.pipeline",
+    "EvalResult": "swapprune.evaluation.results",
+    "Metric": "swapprune.evaluation.results",
+    "TaskResult": "swapprune.evaluation.results",
+    "compare": "swapprune.evaluation.results",
+}
 
 __all__ = [
     "ALIASES",
@@ -29,3 +47,14 @@ __all__ = [
     "evaluate",
     "resolve_tasks",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'swapprune.evaluation' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

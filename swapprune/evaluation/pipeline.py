@@ -12,6 +12,7 @@ from swapprune.evaluation.harness import run_harness
 from swapprune.evaluation.names import (
     NATIVE_TASKS,
     WIKITEXT2_PPL,
+    check_known,
     needs_lm_eval_defaults,
     resolve_tasks,
     task_manager,
@@ -92,6 +93,7 @@ def evaluate(
         done: dict[str, TaskResult] = {}
         if harness_names:
             manager = task_manager(include_defaults=foreign)
+            check_known(harness_names, manager)
             done.update(run_harness(lm, harness_names, manager, limit, n_boot))
         if WIKITEXT2_PPL in names:
             done[WIKITEXT2_PPL] = run_wikitext2_ppl(
