@@ -84,7 +84,10 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--no-eval", action="store_true", help="skip the perplexity evaluations")
     ap.add_argument(
-        "--compare-cost", action="store_true", help="also time the same scoring outside oneshot"
+        "--compare-cost",
+        action="store_true",
+        help="also time the same scoring outside oneshot (after it, so the inside run is "
+        "the cold one; scoring_cost.py alternates them after a warm-up)",
     )
     ap.add_argument("--output", type=Path, default=Path("runs/smollm2-llmc"))
     args = ap.parse_args(argv)
