@@ -68,18 +68,22 @@ def _duration(seconds: float) -> str:
 
 
 def estimate_scoring(model, input_ids, pairs, probes, batch_size: int) -> Estimate:
-    """Count the block calls and time one base forward pass on the first batch (after a warm-up)."""
+    """Count the block calls; time one block on one window, scaled to a batch.
+
+    The timing runs the decoder stack on a single window, keeping logits for its
+    last position only (cheap next to the run it predicts), after a warm-up call.
+    """
     import torch
 
     from swapprune.architectures import decoder_stack
 
     L = decoder_stack(model).num_layers
-    batch = input_ids[:batch_size].to(next(model.parameters()).device)
+    one = input_ids[:1].to(next(model.parameters()).device)
     with torch.no_grad():
-        model(input_ids=batch[:1, :8], use_cache=False)  # warm-up: first-call allocations
+        model(input_ids=one[:, :8], use_cache=False)  # warm-up: first-call allocations
         start = time.perf_counter()
-        model(input_ids=batch, use_cache=False)
+        model(input_ids=one, use_cache=False, logits_to_keep=1)
         elapsed = time.perf_counter() - start
-    # The forward pass is L blocks plus the head; count the head as one more block.
-    return Estimate(block_evaluations(L, pairs, probes, input_ids.shape[0], batch_size),
-                    elapsed / (L + 1))
+    # Block cost grows about linearly with the windows of a batch.
+    per_block = elapsed / L * min(batch_size, input_ids.shape[0])
+    return Estimate(block_evaluations(L, pairs, probes, input_ids.shape[0], batch_size), per_block)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from swapprune.errors import SwappruneError
 from swapprune.registry import Registry
 
-StateDict = dict[str, torch.Tensor]
+if TYPE_CHECKING:  # torch is imported where a merge runs: `swapprune list` needs only the names
+    import torch
+    from torch import nn
+
+    StateDict = dict[str, torch.Tensor]
+else:
+    StateDict = dict
 
 
 class MergeRule(ABC):
@@ -47,6 +51,8 @@ class MergeRule(ABC):
                         f"cannot merge '{name}': shape {tuple(t.shape)} of absorbed block {k} "
                         f"differs from {tuple(base[name].shape)}"
                     )
+        import torch
+
         merged: StateDict = {}
         for name, b in base.items():
             wide = torch.promote_types(b.dtype, torch.float32)
@@ -112,6 +118,8 @@ class Average(MergeRule):
                 f"average merge got {len(weights)} weights for {len(blocks)} blocks"
             )
         total = sum(weights)
+        import torch
+
         merged = torch.zeros_like(base)
         for w, t in zip(weights, blocks, strict=True):
             merged = merged + w * t
