@@ -103,7 +103,9 @@ def task_result(
             continue
         stderr = _number(reported.get(f"{metric}_stderr,{filter_key}"))
         rows = sorted(by_filter.get(filter_key, []), key=lambda s: s["doc_id"])
-        cols, order, stat = {}, [], None
+        cols: dict[str, list[float]] = {}
+        order: list = []
+        stat: str | None = None
         if rows and all(metric in r for r in rows):
             cols, order, stat = _units_of(
                 metric, aggregations.get(metric, ""), [r[metric] for r in rows], filter_key

@@ -70,7 +70,7 @@ class TaskResult:
     task: str
     unit: str
     unit_ids: list[int]
-    units: dict[str, list[float]]
+    units: dict[str, list[Any]]  # numbers per unit (token counts are ints)
     metrics: dict[str, Metric]
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -146,6 +146,8 @@ def compare(
         if c in cols and ta.units[c] != tb.units[c]:
             raise SwappruneError(f"runs of '{task}' differ in per-unit {c}; cannot pair them")
     m = ta.metrics[metric]
+    if m.statistic is None:
+        raise SwappruneError(f"'{task}' {metric} cannot be recomputed from its units; no pairing")
     cmp = bootstrap.paired_difference(
         ta.matrix(metric), tb.matrix(metric), m.statistic, n_boot=n_boot, seed=seed
     )
