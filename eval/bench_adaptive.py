@@ -32,15 +32,29 @@ from swapprune.stability import selection_stability
 
 def fixed(model, calib: Calibration, args) -> dict:
     cpu, wall = time.process_time(), time.perf_counter()
-    s = score(model, calibration=calib, protocols=("interchange",), pairs="adjacent",
-              positions=args.positions, batch_size=args.batch_size, progress=False)
-    out = {"windows": calib.input_ids.shape[0], "block_evals": s.meta["timing"]["block_evals"],
-           "cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall,
-           "budgets": {}}
+    s = score(
+        model,
+        calibration=calib,
+        protocols=("interchange",),
+        pairs="adjacent",
+        positions=args.positions,
+        batch_size=args.batch_size,
+        progress=False,
+    )
+    out = {
+        "windows": calib.input_ids.shape[0],
+        "block_evals": s.meta["timing"]["block_evals"],
+        "cpu_s": time.process_time() - cpu,
+        "wall_s": time.perf_counter() - wall,
+        "budgets": {},
+    }
     for b in args.budgets:
         st = selection_stability(s, "interchange", "greedy", b, n_boot=args.n_boot)
-        out["budgets"][b] = {"chosen": st.chosen, "frequency": st.frequency,
-                             "alternatives": st.alternatives[:2]}
+        out["budgets"][b] = {
+            "chosen": st.chosen,
+            "frequency": st.frequency,
+            "alternatives": st.alternatives[:2],
+        }
     return out
 
 
@@ -63,8 +77,11 @@ def main(argv=None) -> None:
     args.budgets = [int(b) for b in args.budgets.split(",")]
     torch.set_num_threads(args.threads)
     model, tok, _ = swapprune.load_model("smollm2-135m", progress=False)
-    result: dict = {"settings": {k: v for k, v in vars(args).items()}, "model": "smollm2-135m",
-                    "note": "CPU times on a shared machine; process_time in one process"}
+    result: dict = {
+        "settings": {k: v for k, v in vars(args).items()},
+        "model": "smollm2-135m",
+        "note": "CPU times on a shared machine; process_time in one process",
+    }
     if not args.skip_small:
         small = load_calibration(tok, None, args.small, args.tokens, 0)
         result["fixed_small"] = fixed(model, small, args)
@@ -75,17 +92,31 @@ def main(argv=None) -> None:
         print("reference", json.dumps(result["reference"]), flush=True)
     result["adaptive"] = {}
     for b in args.budgets:
-        settings = AdaptiveSettings(target=args.target, tranche=args.tranche,
-                                    max_windows=args.reference, n_boot=args.n_boot)
+        settings = AdaptiveSettings(
+            target=args.target, tranche=args.tranche, max_windows=args.reference, n_boot=args.n_boot
+        )
         cpu = time.process_time()
-        res = adaptive_score(model, criteria=("interchange",), strategy="greedy", budget=b,
-                             settings=settings, calibration=pool, positions=args.positions,
-                             batch_size=args.batch_size)
+        res = adaptive_score(
+            model,
+            criteria=("interchange",),
+            strategy="greedy",
+            budget=b,
+            settings=settings,
+            calibration=pool,
+            positions=args.positions,
+            batch_size=args.batch_size,
+        )
         st = res.stability["interchange"]
-        rec = {"windows": res.scores.num_windows(), "stopped": res.stopped,
-               "rounds": res.rounds, "pair_windows": res.pair_windows,
-               "block_evals": res.block_evals, "cpu_s": time.process_time() - cpu,
-               "chosen": st.chosen, "frequency": st.frequency}
+        rec = {
+            "windows": res.scores.num_windows(),
+            "stopped": res.stopped,
+            "rounds": res.rounds,
+            "pair_windows": res.pair_windows,
+            "block_evals": res.block_evals,
+            "cpu_s": time.process_time() - cpu,
+            "chosen": st.chosen,
+            "frequency": st.frequency,
+        }
         ref = result.get("reference")
         if ref:
             rec["same_as_reference"] = st.chosen == ref["budgets"][b]["chosen"]

@@ -251,12 +251,20 @@ def measure_unit_costs(model, ids: torch.Tensor, device: str, reps: int) -> Unit
             step = 256
 
         def lsm(x):
-            return torch.cat([torch.log_softmax(x[s : s + step].double(), -1)
-                              for s in range(0, x.shape[0], step)])
+            return torch.cat(
+                [
+                    torch.log_softmax(x[s : s + step].double(), -1)
+                    for s in range(0, x.shape[0], step)
+                ]
+            )
 
         def kl_given(logp, z):
-            return torch.cat([(logp[s : s + step].exp() * (logp[s : s + step] - lsm(z[s : s + step])))
-                              .sum(-1) for s in range(0, z.shape[0], step)])
+            return torch.cat(
+                [
+                    (logp[s : s + step].exp() * (logp[s : s + step] - lsm(z[s : s + step]))).sum(-1)
+                    for s in range(0, z.shape[0], step)
+                ]
+            )
 
         uc.base_lsm_all, uc.base_lsm_last = best(lambda: lsm(base)), best(lambda: lsm(bl))
         lp_all, lp_last = lsm(base), lsm(bl)
@@ -330,7 +338,9 @@ class NaiveRun:
     forwards: int
 
 
-def run_naive(model, ids, pairs, device, batch_size, reps: int = 1, modes=("last", "all")) -> NaiveRun:
+def run_naive(
+    model, ids, pairs, device, batch_size, reps: int = 1, modes=("last", "all")
+) -> NaiveRun:
     """Run every plan ``reps`` times; keep each plan's fastest time (favours naive).
 
     The forward is timed once per plan, the KL per positions mode in ``modes``."""
@@ -338,8 +348,9 @@ def run_naive(model, ids, pairs, device, batch_size, reps: int = 1, modes=("last
     best = runs[0]
     for r in runs[1:]:
         best.forward_s = {k: np.minimum(v, r.forward_s[k]) for k, v in best.forward_s.items()}
-        best.kl_s = {m: {k: np.minimum(v, r.kl_s[m][k]) for k, v in d.items()}
-                     for m, d in best.kl_s.items()}
+        best.kl_s = {
+            m: {k: np.minimum(v, r.kl_s[m][k]) for k, v in d.items()} for m, d in best.kl_s.items()
+        }
         best.peak_mb = max(best.peak_mb, r.peak_mb)
     return best
 
@@ -408,9 +419,17 @@ def directed(values: dict, protocols) -> list[float]:
 def run_fast(model, ids, pairs, protocols, positions, batch_size, device, cache_gb=4.0):
     with PeakMemory(device) as mem:
         t0 = stamp(device)
-        res = score(model, calibration=ids, pairs=pairs, protocols=protocols,
-                    positions=positions, batch_size=batch_size, cache_gb=cache_gb,
-                    n_boot=10, progress=False)
+        res = score(
+            model,
+            calibration=ids,
+            pairs=pairs,
+            protocols=protocols,
+            positions=positions,
+            batch_size=batch_size,
+            cache_gb=cache_gb,
+            n_boot=10,
+            progress=False,
+        )
         took = stamp(device) - t0
     return res, took, mem.peak_mb
 
@@ -453,7 +472,9 @@ def case_names(spec: str) -> list[str]:
     names = SETS[spec] if spec in SETS else spec.split(",")
     unknown = [n for n in names if n not in CASES]
     if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)} or {', '.join(SETS)}")
+        raise SystemExit(
+            f"unknown case(s) {unknown}; choose from {', '.join(CASES)} or {', '.join(SETS)}"
+        )
     return names
 
 
@@ -470,27 +491,37 @@ def bench_cases(args, model, calib_ids, uc, roof, log) -> list[dict]:
         ids = calib_ids[:n]
         pairs = parse_pairs(spec, L)
         if (spec, n) not in naive_runs:
-            modes = sorted({CASES[c][2] for c in names
-                            if CASES[c][0] == spec and getattr(args, CASES[c][3]) == n})
-            log(f"[{name}] naive: {len(pairs)} pairs x 3 plans + base, {n} windows, "
-                f"{args.naive_reps} rep(s), KL for {modes} ...")
-            naive_runs[(spec, n)] = run_naive(model, ids, pairs, args.device, args.batch_size,
-                                              args.naive_reps, modes)
+            modes = sorted(
+                {
+                    CASES[c][2]
+                    for c in names
+                    if CASES[c][0] == spec and getattr(args, CASES[c][3]) == n
+                }
+            )
+            log(
+                f"[{name}] naive: {len(pairs)} pairs x 3 plans + base, {n} windows, "
+                f"{args.naive_reps} rep(s), KL for {modes} ..."
+            )
+            naive_runs[(spec, n)] = run_naive(
+                model, ids, pairs, args.device, args.batch_size, args.naive_reps, modes
+            )
         nr = naive_runs[(spec, n)]
         load_before = os.getloadavg()[0]
         naive_wc = naive_time(nr, pairs, protocols, positions)
         fast_wcs, res = [], None
         for _ in range(args.reps):
-            res, took, fast_mem = run_fast(model, ids, pairs, protocols, positions,
-                                           args.batch_size, args.device)
+            res, took, fast_mem = run_fast(
+                model, ids, pairs, protocols, positions, args.batch_size, args.device
+            )
             fast_wcs.append(took)
         fast_wc = np.min(fast_wcs, axis=0)
         t_naive, t_fast = pick(naive_wc), pick(fast_wc)
         timing = res.meta["timing"]
         shape = (min(n, args.batch_size), ids.shape[1])
         if shape != (uc.batch, uc.tokens):  # unit costs at this case's batch shape
-            uc_cache.setdefault(shape, measure_unit_costs(model, ids[: shape[0]], args.device,
-                                                          args.micro_reps))
+            uc_cache.setdefault(
+                shape, measure_unit_costs(model, ids[: shape[0]], args.device, args.micro_reps)
+            )
         fl = floor_work(L, pairs, protocols, positions, uc_cache.get(shape, uc))
         n_batches = math.ceil(n / args.batch_size)
         fpt, fpr = block_flops_per_token(model, ids.shape[1])
@@ -501,33 +532,51 @@ def bench_cases(args, model, calib_ids, uc, roof, log) -> list[dict]:
         # exactness: distances of the fast path vs the literal definitions
         fast_vals = {p: {k: np.asarray(v) for k, v in d.items()} for p, d in res.pairs.items()}
         dn, dfast = distances(nr.values[positions], protocols), distances(fast_vals, protocols)
-        rel, worst = max((abs(dfast[p][q] - dn[p][q]) / max(abs(dn[p][q]), 1e-30), (p, q, dn[p][q]))
-                         for p in protocols for q in dn[p])
+        rel, worst = max(
+            (abs(dfast[p][q] - dn[p][q]) / max(abs(dn[p][q]), 1e-30), (p, q, dn[p][q]))
+            for p in protocols
+            for q in dn[p]
+        )
         a, b = directed(nr.values[positions], protocols), directed(fast_vals, protocols)
         rel_dir = max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
         row = {
-            "case": name, "pairs": len(pairs), "protocols": list(protocols), "positions": positions,
-            "windows": n, "tokens": T, "batch_size": args.batch_size, "dtype": dtype,
-            "clock": CLOCK, "naive_s": t_naive, "fast_s": t_fast,
-            "naive_wall_cpu_s": naive_wc.tolist(), "fast_wall_cpu_s": fast_wc.tolist(),
+            "case": name,
+            "pairs": len(pairs),
+            "protocols": list(protocols),
+            "positions": positions,
+            "windows": n,
+            "tokens": T,
+            "batch_size": args.batch_size,
+            "dtype": dtype,
+            "clock": CLOCK,
+            "naive_s": t_naive,
+            "fast_s": t_fast,
+            "naive_wall_cpu_s": naive_wc.tolist(),
+            "fast_wall_cpu_s": fast_wc.tolist(),
             "fast_wall_cpu_s_all_reps": [x.tolist() for x in fast_wcs],
             "speedup": t_naive / t_fast,
-            "speedup_wall": naive_wc[0] / fast_wc[0], "speedup_cpu": naive_wc[1] / fast_wc[1],
+            "speedup_wall": naive_wc[0] / fast_wc[0],
+            "speedup_cpu": naive_wc[1] / fast_wc[1],
             "naive_block_evals": (n_plans + 1) * L * n_batches,
             "fast_block_evals": timing["block_evals"],
             "floor_block_evals": fl["floor_block_evals"] * n_batches,
             "naive_fwd_equiv": (n_plans + 1) * n_batches,
             "fast_fwd_equiv": timing["block_evals"] / L,
             "fast_head_rows": timing["head_rows"],
-            "naive_peak_mb": nr.peak_mb, "fast_peak_mb": fast_mem,
-            "naive_gflops": naive_flop / t_naive / 1e9, "fast_gflops": fast_flop / t_fast / 1e9,
+            "naive_peak_mb": nr.peak_mb,
+            "fast_peak_mb": fast_mem,
+            "naive_gflops": naive_flop / t_naive / 1e9,
+            "fast_gflops": fast_flop / t_fast / 1e9,
             "roofline_gflops": roof[dtype] if dtype in roof else float("nan"),
-            "floor_ratio": fl["floor_ratio"], "naive_be": fl["naive_be"], "floor_be": fl["floor_be"],
+            "floor_ratio": fl["floor_ratio"],
+            "naive_be": fl["naive_be"],
+            "floor_be": fl["floor_be"],
             "measured_over_floor": (t_naive / t_fast) / fl["floor_ratio"],
             # time the least work takes at this run's unit costs / the fast path's time
             "fast_efficiency": fl["floor_model_s"] * n_batches / t_fast,
             "naive_model_over_measured": fl["naive_model_s"] * n_batches / t_naive,
-            "max_rel_diff_distance": rel, "max_rel_diff_directed": rel_dir,
+            "max_rel_diff_distance": rel,
+            "max_rel_diff_directed": rel_dir,
             "worst_distance": {"protocol": worst[0], "pair": worst[1], "naive": worst[2]},
             "cache_formula_mb": cache_mb(model, n, T, positions),
             "loadavg_1min_before_after": [load_before, os.getloadavg()[0]],
@@ -624,29 +673,41 @@ def bench_bf16(args, model32, calib_ids, case_rows, log) -> dict:
         rel = np.abs(d16 - d32) / np.abs(d32)
         s32 = np.sort(d32)
         out[p] = {
-            "fp32": d32.tolist(), "bf16": d16.tolist(),
+            "fp32": d32.tolist(),
+            "bf16": d16.tolist(),
             # how close the 5th and 6th pairs are in fp32: a swap there is a near tie
             "fp32_gap_rank5_rank6_rel": float((s32[5] - s32[4]) / s32[4]),
             "spearman": spearman(d32, d16),
-            "top5_fp32": top32, "top5_bf16": top16,
-            "top5_same_set": set(top32) == set(top16), "top5_same_order": top32 == top16,
-            "max_rel_err": float(rel.max()), "median_rel_err": float(np.median(rel)),
+            "top5_fp32": top32,
+            "top5_bf16": top16,
+            "top5_same_set": set(top32) == set(top16),
+            "top5_same_order": top32 == top16,
+            "max_rel_err": float(rel.max()),
+            "median_rel_err": float(np.median(rel)),
         }
     del model16
-    msg = [f"[bf16 fast mode] adjacent, both protocols, last, {args.windows} windows: "
-           f"wall {best[0]:.2f} s, cpu {best[1]:.2f} s (reps: "
-           f"{', '.join(f'{x[0]:.2f}/{x[1]:.2f}' for x in tooks)}), peak RSS+ {mem:.0f} MB"]
+    msg = [
+        f"[bf16 fast mode] adjacent, both protocols, last, {args.windows} windows: "
+        f"wall {best[0]:.2f} s, cpu {best[1]:.2f} s (reps: "
+        f"{', '.join(f'{x[0]:.2f}/{x[1]:.2f}' for x in tooks)}), peak RSS+ {mem:.0f} MB"
+    ]
     if base is not None:
-        msg.append(f"  speed-up vs fp32 naive: wall {out['speedup_vs_fp32_naive_wall']:.2f}x, "
-                   f"cpu {out['speedup_vs_fp32_naive_cpu']:.2f}x; vs fp32 fast "
-                   f"({CLOCK}) {out['speedup_vs_fp32_fast']:.2f}x")
-    msg.append(f"  ranking vs fp32 exact on {n} windows (fp32 {t32:.1f} s, bf16 {t16:.1f} s, {CLOCK}):")
+        msg.append(
+            f"  speed-up vs fp32 naive: wall {out['speedup_vs_fp32_naive_wall']:.2f}x, "
+            f"cpu {out['speedup_vs_fp32_naive_cpu']:.2f}x; vs fp32 fast "
+            f"({CLOCK}) {out['speedup_vs_fp32_fast']:.2f}x"
+        )
+    msg.append(
+        f"  ranking vs fp32 exact on {n} windows (fp32 {t32:.1f} s, bf16 {t16:.1f} s, {CLOCK}):"
+    )
     for p in BOTH:
         q = out[p]
-        msg.append(f"    {p:12s} Spearman {q['spearman']:.4f}  top-5 same set {q['top5_same_set']}"
-                   f" same order {q['top5_same_order']}  rel err median {q['median_rel_err']:.2e}"
-                   f" max {q['max_rel_err']:.2e}; fp32 gap rank 5->6 {100 * q['fp32_gap_rank5_rank6_rel']:.1f}%"
-                   f"\n      top5 fp32 {q['top5_fp32']}\n      top5 bf16 {q['top5_bf16']}")
+        msg.append(
+            f"    {p:12s} Spearman {q['spearman']:.4f}  top-5 same set {q['top5_same_set']}"
+            f" same order {q['top5_same_order']}  rel err median {q['median_rel_err']:.2e}"
+            f" max {q['max_rel_err']:.2e}; fp32 gap rank 5->6 {100 * q['fp32_gap_rank5_rank6_rel']:.1f}%"
+            f"\n      top5 fp32 {q['top5_fp32']}\n      top5 bf16 {q['top5_bf16']}"
+        )
     log("\n".join(msg))
     return out
 
@@ -665,11 +726,18 @@ def bench_sweep(args, model, calib_ids, log) -> dict:
         t_n = pick(naive_time(nr, pairs, BOTH, "last"))
         res, t_f, _ = run_fast(model, ids, pairs, BOTH, "last", args.batch_size, args.device)
         t_f = pick(t_f)
-        row = {"pairs": len(pairs), "windows": 4, "naive_s": t_n, "fast_s": t_f,
-               "fast_block_evals": res.meta["timing"]["block_evals"]}
+        row = {
+            "pairs": len(pairs),
+            "windows": 4,
+            "naive_s": t_n,
+            "fast_s": t_f,
+            "fast_block_evals": res.meta["timing"]["block_evals"],
+        }
         out["pairs"].append(row)
-        log(f"[sweep pairs, {CLOCK}] {row['pairs']:3d} adjacent pairs x 4 windows: naive {t_n:7.2f} s  "
-            f"fast {t_f:7.2f} s  ratio {t_n / t_f:.2f}x  fast block evals {row['fast_block_evals']}")
+        log(
+            f"[sweep pairs, {CLOCK}] {row['pairs']:3d} adjacent pairs x 4 windows: naive {t_n:7.2f} s  "
+            f"fast {t_f:7.2f} s  ratio {t_n / t_f:.2f}x  fast block evals {row['fast_block_evals']}"
+        )
     pairs = [adj[i] for i in np.linspace(0, len(adj) - 1, 4).round().astype(int)]
     for n in args.sweep_windows:
         ids = calib_ids[:n]
@@ -677,11 +745,18 @@ def bench_sweep(args, model, calib_ids, log) -> dict:
         t_n = pick(naive_time(nr, pairs, BOTH, "last"))
         res, t_f, _ = run_fast(model, ids, pairs, BOTH, "last", args.batch_size, args.device)
         t_f = pick(t_f)
-        row = {"pairs": len(pairs), "windows": n, "naive_s": t_n, "fast_s": t_f,
-               "fast_block_evals": res.meta["timing"]["block_evals"]}
+        row = {
+            "pairs": len(pairs),
+            "windows": n,
+            "naive_s": t_n,
+            "fast_s": t_f,
+            "fast_block_evals": res.meta["timing"]["block_evals"],
+        }
         out["windows"].append(row)
-        log(f"[sweep windows, {CLOCK}] 4 pairs {pairs} x {n:3d} windows: naive {t_n:7.2f} s  fast {t_f:7.2f} s"
-            f"  ratio {t_n / t_f:.2f}x  per window fast {t_f / n:.3f} s")
+        log(
+            f"[sweep windows, {CLOCK}] 4 pairs {pairs} x {n:3d} windows: naive {t_n:7.2f} s  fast {t_f:7.2f} s"
+            f"  ratio {t_n / t_f:.2f}x  per window fast {t_f / n:.3f} s"
+        )
     return out
 
 
@@ -710,24 +785,39 @@ def bench_stability(args, model, calib_ids, log) -> dict:
     out: dict = {"windows": nmax, "orders": len(orders), "clock": CLOCK, "timing_windows": nt}
     per_window = {}
     for positions in ("last", "all"):
-        _, took, _ = run_fast(model, calib_ids[:nt], pairs, BOTH, positions, args.batch_size, args.device)
+        _, took, _ = run_fast(
+            model, calib_ids[:nt], pairs, BOTH, positions, args.batch_size, args.device
+        )
         per_window[positions] = pick(took) / nt
         out[f"per_window_s_{positions}"] = per_window[positions]
-        log(f"[stability] positions={positions} alone: {nt} windows in {pick(took):.1f} s {CLOCK} "
-            f"-> {per_window[positions]:.2f} s/window")
+        log(
+            f"[stability] positions={positions} alone: {nt} windows in {pick(took):.1f} s {CLOCK} "
+            f"-> {per_window[positions]:.2f} s/window"
+        )
     t0 = stamp(args.device)
-    results = score_modes(model, calibration=ids, modes=("last", "all"), pairs=pairs, protocols=BOTH,
-                          batch_size=args.batch_size, n_boot=10, progress=False)
+    results = score_modes(
+        model,
+        calibration=ids,
+        modes=("last", "all"),
+        pairs=pairs,
+        protocols=BOTH,
+        batch_size=args.batch_size,
+        n_boot=10,
+        progress=False,
+    )
     took = stamp(args.device) - t0
     out["values_pass_wall_cpu_s"] = took.tolist()
-    log(f"[stability] values: both modes, {nmax} windows in one pass: wall {took[0]:.0f} s, cpu {took[1]:.0f} s")
+    log(
+        f"[stability] values: both modes, {nmax} windows in one pass: wall {took[0]:.0f} s, cpu {took[1]:.0f} s"
+    )
     for positions in ("last", "all"):
         res = results[positions]
         out[positions] = {}
         for p in BOTH:
             if p == "replacement":  # distance = max over directions of their means
-                vals = np.stack([np.stack([res.pairs[q]["repl_ij"], res.pairs[q]["repl_ji"]])
-                                 for q in pairs])  # [P, 2, N]
+                vals = np.stack(
+                    [np.stack([res.pairs[q]["repl_ij"], res.pairs[q]["repl_ji"]]) for q in pairs]
+                )  # [P, 2, N]
             else:
                 vals = np.stack([res.pairs[q]["inter"] for q in pairs])  # [P, N]
 
@@ -745,10 +835,17 @@ def bench_stability(args, model, calib_ids, log) -> dict:
                     a, b = dist(order, n), dist(order, 2 * n)
                     rhos.append(spearman(a, b))
                     same.append(set(np.argsort(a)[:5]) == set(np.argsort(b)[:5]))
-                steps.append({"n": n, "spearman_median": float(np.median(rhos)),
-                              "spearman_min": float(np.min(rhos)),
-                              "top5_same_fraction": float(np.mean(same)),
-                              "stable_fraction": float(np.mean([r >= 0.95 and t for r, t in zip(rhos, same)]))})
+                steps.append(
+                    {
+                        "n": n,
+                        "spearman_median": float(np.median(rhos)),
+                        "spearman_min": float(np.min(rhos)),
+                        "top5_same_fraction": float(np.mean(same)),
+                        "stable_fraction": float(
+                            np.mean([r >= 0.95 and t for r, t in zip(rhos, same)])
+                        ),
+                    }
+                )
                 n *= 2
             found = []
             for order in orders:
@@ -764,8 +861,9 @@ def bench_stability(args, model, calib_ids, log) -> dict:
             out[positions][p] = {
                 "n_star_per_order": found,
                 "n_star_median": float(np.median(ok)) if len(ok) == len(found) else None,
-                "seconds_to_stable_per_order": [None if x is None else 2 * x * per_window[positions]
-                                                for x in found],
+                "seconds_to_stable_per_order": [
+                    None if x is None else 2 * x * per_window[positions] for x in found
+                ],
                 "steps": steps,
                 "top5_at_nmax": [pairs[k] for k in np.argsort(full)[:5]],
             }
@@ -773,48 +871,79 @@ def bench_stability(args, model, calib_ids, log) -> dict:
         for p in BOTH:
             q = out[positions][p]
             secs = ["-" if x is None else f"{x:.0f}" for x in q["seconds_to_stable_per_order"]]
-            log(f"  positions={positions:4s} {p:12s} stable N per order {q['n_star_per_order']}; "
-                f"{CLOCK} s to verify (2N windows): {secs}; top-5 at {nmax}: {q['top5_at_nmax']}")
-            log("      N->2N: " + "  ".join(
-                f"{st['n']}: rho med {st['spearman_median']:.3f} min {st['spearman_min']:.3f}, "
-                f"top5 same {st['top5_same_fraction']:.1f}, stable {st['stable_fraction']:.1f}"
-                for st in q["steps"]))
+            log(
+                f"  positions={positions:4s} {p:12s} stable N per order {q['n_star_per_order']}; "
+                f"{CLOCK} s to verify (2N windows): {secs}; top-5 at {nmax}: {q['top5_at_nmax']}"
+            )
+            log(
+                "      N->2N: "
+                + "  ".join(
+                    f"{st['n']}: rho med {st['spearman_median']:.3f} min {st['spearman_min']:.3f}, "
+                    f"top5 same {st['top5_same_fraction']:.1f}, stable {st['stable_fraction']:.1f}"
+                    for st in q["steps"]
+                )
+            )
     return out
 
 
 # ------------------------------------------------------------------------- main
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", help="dtype of the exact-mode cases")
-    ap.add_argument("--cases", default="quick",
-                    help=f"quick | standard | full | none | comma list of {', '.join(CASES)}")
+    ap.add_argument(
+        "--cases",
+        default="quick",
+        help=f"quick | standard | full | none | comma list of {', '.join(CASES)}",
+    )
     ap.add_argument("--windows", type=int, default=8, help="windows of the adjacent-pair cases")
     ap.add_argument("--all-windows", type=int, default=1, help="windows of the all-pairs cases")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument("--reps", type=int, default=1, help="repetitions of each fast run (best kept)")
-    ap.add_argument("--naive-reps", type=int, default=1,
-                    help="repetitions of each naive run (each plan's best kept: favours naive)")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="clock of the derived figures (ratios, floor, FLOP/s); both are printed. "
-                         "cpu with --threads 1 is robust to other processes on the machine")
+    ap.add_argument(
+        "--naive-reps",
+        type=int,
+        default=1,
+        help="repetitions of each naive run (each plan's best kept: favours naive)",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="clock of the derived figures (ratios, floor, FLOP/s); both are printed. "
+        "cpu with --threads 1 is robust to other processes on the machine",
+    )
     ap.add_argument("--micro-reps", type=int, default=5, help="repetitions of micro-benchmarks")
-    ap.add_argument("--roofline-n", type=int, default=None, help="matmul size (2048 CPU, 8192 CUDA)")
+    ap.add_argument(
+        "--roofline-n", type=int, default=None, help="matmul size (2048 CPU, 8192 CUDA)"
+    )
     ap.add_argument("--bf16", action="store_true", help="fast mode: bf16 vs fp32")
-    ap.add_argument("--bf16-windows", type=int, default=32, help="windows of the bf16 ranking check")
+    ap.add_argument(
+        "--bf16-windows", type=int, default=32, help="windows of the bf16 ranking check"
+    )
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--sweep-pairs", type=int, nargs="+", default=[1, 2, 4, 8, 16, 29])
     ap.add_argument("--sweep-windows", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--stability", action="store_true")
     ap.add_argument("--stability-windows", type=int, default=128)
     ap.add_argument("--stability-orders", type=int, default=5)
-    ap.add_argument("--stability-timing-windows", type=int, default=16,
-                    help="windows of the per-mode timing runs of --stability")
-    ap.add_argument("--pool", type=int, default=256,
-                    help="calibration windows drawn (seed 0); every case uses the first N of them")
+    ap.add_argument(
+        "--stability-timing-windows",
+        type=int,
+        default=16,
+        help="windows of the per-mode timing runs of --stability",
+    )
+    ap.add_argument(
+        "--pool",
+        type=int,
+        default=256,
+        help="calibration windows drawn (seed 0); every case uses the first N of them",
+    )
     ap.add_argument("--json", default=None, help="write all figures here")
     args = ap.parse_args(argv)
 
@@ -836,34 +965,52 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     model, tok, _ = load_model(args.model, dtype=args.dtype, device=args.device)
     L = decoder_stack(model).num_layers
-    need = max(args.windows, args.all_windows, args.bf16_windows if args.bf16 else 0,
-               args.stability_windows if args.stability else 0, max(args.sweep_windows) if args.sweep else 0)
+    need = max(
+        args.windows,
+        args.all_windows,
+        args.bf16_windows if args.bf16 else 0,
+        args.stability_windows if args.stability else 0,
+        max(args.sweep_windows) if args.sweep else 0,
+    )
     # one fixed pool, so that "the first N windows" are the same in every run
     calib = load_calibration(tok, None, max(need, args.pool), args.tokens, 0).input_ids
     machine = {
-        "platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
         "cuda": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
         "loadavg_at_start": load0,
     }
     log(f"machine: {machine}; clock for derived figures: {CLOCK}")
-    log(f"model {args.model}: {L} blocks, {args.dtype}, loaded in {time.perf_counter() - t0:.1f} s; "
-        f"memory: {'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'RSS peak above phase start (psutil, 5 ms sampling)'}")
+    log(
+        f"model {args.model}: {L} blocks, {args.dtype}, loaded in {time.perf_counter() - t0:.1f} s; "
+        f"memory: {'CUDA max_memory_allocated delta' if args.device.startswith('cuda') else 'RSS peak above phase start (psutil, 5 ms sampling)'}"
+    )
 
     n_roof = args.roofline_n or (8192 if args.device.startswith("cuda") else 2048)
     roof = roofline(args.device, n_roof, args.micro_reps)
-    log(f"matmul roofline {n_roof}^3: fp32 {roof['float32']:.0f} GFLOP/s, bf16 {roof['bfloat16']:.0f} GFLOP/s")
+    log(
+        f"matmul roofline {n_roof}^3: fp32 {roof['float32']:.0f} GFLOP/s, bf16 {roof['bfloat16']:.0f} GFLOP/s"
+    )
     uc = measure_unit_costs(model, calib[: args.batch_size], args.device, args.micro_reps)
-    log(f"unit costs on [{uc.batch}, {uc.tokens}] ({args.dtype}): block {1e3 * uc.block:.1f} ms; "
+    log(
+        f"unit costs on [{uc.batch}, {uc.tokens}] ({args.dtype}): block {1e3 * uc.block:.1f} ms; "
         f"head (norm+lm_head) all positions {1e3 * uc.head_all:.1f} ms = {uc.be(uc.head_all):.2f} blocks, "
         f"last {1e3 * uc.head_last:.2f} ms = {uc.be(uc.head_last):.3f}; probe KL (kl_rows) all "
         f"{uc.be(uc.kl_all):.2f}, last {uc.be(uc.kl_last):.4f}; KL given base log-probs all "
         f"{uc.be(uc.kl_floor_all):.2f}, last {uc.be(uc.kl_floor_last):.4f}; full forward {1e3 * uc.forward:.0f} ms = {uc.be(uc.forward):.1f}; "
-        f"naive KL last {uc.be(uc.naive_kl['last']):.3f}, all {uc.be(uc.naive_kl['all']):.2f} (block-equivalents)")
+        f"naive KL last {uc.be(uc.naive_kl['last']):.3f}, all {uc.be(uc.naive_kl['all']):.2f} (block-equivalents)"
+    )
 
-    report: dict = {"machine": machine, "args": vars(args), "roofline_gflops": roof,
-                    "unit_costs": uc.__dict__}
+    report: dict = {
+        "machine": machine,
+        "args": vars(args),
+        "roofline_gflops": roof,
+        "unit_costs": uc.__dict__,
+    }
     report["cases"] = bench_cases(args, model, calib, uc, roof, log)
     if args.bf16:
         report["bf16"] = bench_bf16(args, model, calib, report["cases"], log)
@@ -874,8 +1021,10 @@ def main(argv=None) -> int:
     report["loadavg_at_end"] = os.getloadavg()
     report["maxrss_mb_process"] = maxrss_mb()
     report["total_s"] = time.perf_counter() - t0
-    log(f"load average start {load0}, end {report['loadavg_at_end']}; process maxrss "
-        f"{report['maxrss_mb_process']:.0f} MB; total {report['total_s']:.0f} s")
+    log(
+        f"load average start {load0}, end {report['loadavg_at_end']}; process maxrss "
+        f"{report['maxrss_mb_process']:.0f} MB; total {report['total_s']:.0f} s"
+    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

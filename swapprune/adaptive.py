@@ -80,7 +80,8 @@ class AdaptiveSettings:
         if self.max_windows < self.tranche:
             raise SwappruneError(
                 f"maximum of {self.max_windows} windows is smaller than one tranche of "
-                f"{self.tranche}; raise the maximum or lower the tranche")
+                f"{self.tranche}; raise the maximum or lower the tranche"
+            )
         if self.n_boot < 10:
             raise SwappruneError(f"need at least 10 bootstrap resamples, got {self.n_boot}")
 
@@ -123,9 +124,11 @@ class AdaptiveResult:
 
     def summary(self) -> str:
         freqs = ", ".join(f"{k} {v.frequency:.0%}" for k, v in self.stability.items())
-        return (f"adaptive calibration: {self.scores.num_windows()} windows in "
-                f"{len(self.rounds)} rounds, {self.pair_windows} pair-window probes; "
-                f"stopped ({self.stopped}): chosen-set frequency {freqs}")
+        return (
+            f"adaptive calibration: {self.scores.num_windows()} windows in "
+            f"{len(self.rounds)} rounds, {self.pair_windows} pair-window probes; "
+            f"stopped ({self.stopped}): chosen-set frequency {freqs}"
+        )
 
 
 def _pair_ci(scores, protocol: str, pair: Pair, idx: np.ndarray) -> tuple[float, float]:
@@ -206,7 +209,8 @@ def calibrate(
         if crit.name not in PAIR_PROTOCOLS:
             raise SwappruneError(
                 f"adaptive calibration works with the swap criteria {PAIR_PROTOCOLS}, "
-                f"not '{crit.name}'")
+                f"not '{crit.name}'"
+            )
     crits = [c for c, _ in resolved]
     strat = resolved[0][1]
     L = int(meta["num_layers"])
@@ -214,8 +218,9 @@ def calibrate(
     strat.check(budget, cons)
     limit = min(settings.max_windows, pool or settings.max_windows)
     if limit < settings.tranche:
-        raise SwappruneError(f"only {limit} windows available, fewer than one tranche of "
-                             f"{settings.tranche}")
+        raise SwappruneError(
+            f"only {limit} windows available, fewer than one tranche of {settings.tranche}"
+        )
     order = np.random.default_rng(settings.seed).permutation(limit)
     pairs = [cast(Pair, tuple(sorted(p))) for p in pairs]
     values: dict[Pair, dict[str, np.ndarray]] = {}
@@ -233,19 +238,32 @@ def calibrate(
             old = values.get(p)
             new = got.get(p)
             keys = list(new) if new is not None else list(old or {})
-            values[p] = {k: np.concatenate([
-                old[k] if old is not None else np.full(used, np.nan),
-                new[k] if new is not None else np.full(n_new, np.nan)]) for k in keys}
+            values[p] = {
+                k: np.concatenate(
+                    [
+                        old[k] if old is not None else np.full(used, np.nan),
+                        new[k] if new is not None else np.full(n_new, np.nan),
+                    ]
+                )
+                for k in keys
+            }
         used += n_new
         pair_windows += len(active) * n_new
-        scores = ScoreResult(meta=dict(meta), pairs=dict(values), n_boot=settings.n_boot,
-                             seed=settings.seed)
-        stab = {c.name: selection_stability(scores, c, strat, budget, cons,
-                                            settings.n_boot, settings.seed)
-                for c in crits}
-        record = {"windows": used, "pairs_probed": len(active),
-                  "frequency": {k: s.frequency for k, s in stab.items()},
-                  "chosen": {k: s.chosen for k, s in stab.items()}}
+        scores = ScoreResult(
+            meta=dict(meta), pairs=dict(values), n_boot=settings.n_boot, seed=settings.seed
+        )
+        stab = {
+            c.name: selection_stability(
+                scores, c, strat, budget, cons, settings.n_boot, settings.seed
+            )
+            for c in crits
+        }
+        record = {
+            "windows": used,
+            "pairs_probed": len(active),
+            "frequency": {k: s.frequency for k, s in stab.items()},
+            "chosen": {k: s.chosen for k, s in stab.items()},
+        }
         rounds.append(record)
         if min(s.frequency for s in stab.values()) >= settings.target:
             stopped = "stable"
@@ -256,18 +274,26 @@ def calibrate(
         idx = resample_indices(used, settings.n_boot, settings.seed)
         decisive = decisive_pairs(scores, crits, strat, budget, cons, idx)
         if not decisive:
-            play = {b for s in stab.values() for b, p in enumerate(s.inclusion)
-                    if IN_PLAY <= p <= 1 - IN_PLAY}
+            play = {
+                b
+                for s in stab.values()
+                for b, p in enumerate(s.inclusion)
+                if IN_PLAY <= p <= 1 - IN_PLAY
+            }
             decisive = {p for p in pairs if p[0] in play or p[1] in play} or set(pairs)
         active = sorted(decisive)
-    result = AdaptiveResult(scores=scores, stability=stab, rounds=rounds, stopped=stopped,
-                            pair_windows=pair_windows)
+    result = AdaptiveResult(
+        scores=scores, stability=stab, rounds=rounds, stopped=stopped, pair_windows=pair_windows
+    )
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     scores.meta["adaptive"] = {
-        "target": settings.target, "tranche": settings.tranche,
-        "max_windows": settings.max_windows, "stopped": result.stopped,
-        "window_order_seed": settings.seed, "pair_windows": result.pair_windows,
+        "target": settings.target,
+        "tranche": settings.tranche,
+        "max_windows": settings.max_windows,
+        "stopped": result.stopped,
+        "window_order_seed": settings.seed,
+        "pair_windows": result.pair_windows,
         "rounds": result.rounds,
     }
     return result
@@ -316,15 +342,17 @@ def adaptive_score(
         crit, strat = _resolve(c, strategy)
         if crit.name not in PAIR_PROTOCOLS:
             raise SwappruneError(
-                f"adaptive calibration works with the swap criteria {PAIR_PROTOCOLS}, not '{c}'")
+                f"adaptive calibration works with the swap criteria {PAIR_PROTOCOLS}, not '{c}'"
+            )
     L = decoder_stack(model).num_layers
     strat.check(budget, constraints or Constraints(L))
     if calibration is None:
         if tokenizer is None:
             raise SwappruneError("adaptive calibration needs a tokenizer or calibration windows")
         ctx = getattr(model.config, "max_position_embeddings", None)
-        calibration = load_calibration(tokenizer, calib, settings.max_windows, tokens,
-                                       settings.seed, ctx)
+        calibration = load_calibration(
+            tokenizer, calib, settings.max_windows, tokens, settings.seed, ctx
+        )
     ids = calibration.input_ids
     protocols = sorted({_resolve(c, strategy)[0].name for c in criteria})
     counter = {"block_evals": 0}
@@ -332,24 +360,46 @@ def adaptive_score(
 
     def measure(pairs: list[Pair], rows: np.ndarray) -> dict:
         sub = Calibration(ids[torch.as_tensor(rows)], calibration.source, calibration.seed)
-        res = score(model, calibration=sub, protocols=protocols, pairs=pairs,
-                    positions=positions, batch_size=batch_size, model_id=model_id,
-                    progress=False, n_boot=10)
+        res = score(
+            model,
+            calibration=sub,
+            protocols=protocols,
+            pairs=pairs,
+            positions=positions,
+            batch_size=batch_size,
+            model_id=model_id,
+            progress=False,
+            n_boot=10,
+        )
         counter["block_evals"] += res.meta["timing"]["block_evals"]
         meta_box.setdefault("meta", res.meta)
         return res.pairs
 
     pairs = [(i, i + 1) for i in range(L - 1)]
-    result = calibrate(measure, pairs, {"num_layers": L, "positions": positions}, criteria,
-                       strategy, budget, constraints, settings, pool=ids.shape[0])
+    result = calibrate(
+        measure,
+        pairs,
+        {"num_layers": L, "positions": positions},
+        criteria,
+        strategy,
+        budget,
+        constraints,
+        settings,
+        pool=ids.shape[0],
+    )
     used = np.random.default_rng(settings.seed).permutation(
-        min(settings.max_windows, ids.shape[0]))[: result.scores.num_windows()]
+        min(settings.max_windows, ids.shape[0])
+    )[: result.scores.num_windows()]
     result.block_evals = counter["block_evals"]
     probed = {k: v for k, v in meta_box["meta"].items() if k != "timing"}
     result.scores.meta = {**probed, **result.scores.meta}
     result.scores.meta["calibration"] = {
         **Calibration(ids[torch.as_tensor(used)], calibration.source, calibration.seed).describe(),
-        "pool": calibration.describe()}
-    result.scores.meta["timing"] = {"seconds": result.seconds, "block_evals": result.block_evals,
-                                    "pair_windows": result.pair_windows}
+        "pool": calibration.describe(),
+    }
+    result.scores.meta["timing"] = {
+        "seconds": result.seconds,
+        "block_evals": result.block_evals,
+        "pair_windows": result.pair_windows,
+    }
     return result

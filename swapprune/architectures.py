@@ -52,10 +52,14 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "mixtral": _LLAMA_LIKE,
     "qwen2": ArchSpec("model.layers", tail=("model.norm",), window_layers_key="max_window_layers"),
     "qwen3": ArchSpec("model.layers", tail=("model.norm",), window_layers_key="max_window_layers"),
-    "qwen3_moe": ArchSpec("model.layers", tail=("model.norm",), window_layers_key="max_window_layers"),
+    "qwen3_moe": ArchSpec(
+        "model.layers", tail=("model.norm",), window_layers_key="max_window_layers"
+    ),
     "gemma": _LLAMA_LIKE,
     "gemma2": ArchSpec("model.layers", tail=("model.norm",), softcap_key="final_logit_softcapping"),
-    "gemma3_text": ArchSpec("model.layers", tail=("model.norm",), softcap_key="final_logit_softcapping"),
+    "gemma3_text": ArchSpec(
+        "model.layers", tail=("model.norm",), softcap_key="final_logit_softcapping"
+    ),
     "phi3": _LLAMA_LIKE,
     "olmo2": _LLAMA_LIKE,
     "granite": _LLAMA_LIKE,
@@ -111,12 +115,23 @@ class ModelFacts:
         model_type = getattr(config, "model_type", "")
         spec = ARCHITECTURES.get(model_type)
         count = int(getattr(config, spec.count_key if spec else _count_key(config)))
-        ctx = next((int(v) for k in _CONTEXT_KEYS
-                    if isinstance(v := getattr(config, k, None), int) and v > 0), None)
+        ctx = next(
+            (
+                int(v)
+                for k in _CONTEXT_KEYS
+                if isinstance(v := getattr(config, k, None), int) and v > 0
+            ),
+            None,
+        )
         hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
         types = getattr(config, TYPE_KEY, None)
-        return cls(model_type=model_type, num_layers=count, context_length=ctx,
-                   hidden_size=hidden, layer_types=tuple(types) if types else None)
+        return cls(
+            model_type=model_type,
+            num_layers=count,
+            context_length=ctx,
+            hidden_size=hidden,
+            layer_types=tuple(types) if types else None,
+        )
 
 
 def context_length(config) -> int | None:
@@ -230,7 +245,9 @@ def _infer_spec(model: nn.Module) -> tuple[ArchSpec, str]:
         for n in _TAIL_NAMES
         if get_submodule(model, f"{parent}.{n}" if parent else n) is not None
     )[:1]
-    softcap = "final_logit_softcapping" if getattr(config, "final_logit_softcapping", None) else None
+    softcap = (
+        "final_logit_softcapping" if getattr(config, "final_logit_softcapping", None) else None
+    )
     return ArchSpec(blocks=path, count_key=count_key, tail=tail, softcap_key=softcap), source
 
 

@@ -47,7 +47,9 @@ _DISTS = {
 def check_name(out: Path) -> None:
     """Refuse a path whose last component is longer than file systems allow."""
     if len(out.name.encode()) > MAX_NAME:
-        raise SwappruneError(f"output name is {len(out.name.encode())} bytes long; the limit is {MAX_NAME}")
+        raise SwappruneError(
+            f"output name is {len(out.name.encode())} bytes long; the limit is {MAX_NAME}"
+        )
 
 
 def _writable_ancestor(out: Path) -> None:

@@ -53,8 +53,10 @@ class Auto(criteria_mod.Criterion):
 
     name = "auto"
     source = "the paper's decision rule (Garcia 2026, section 4), acted on"
-    what = ("both swap protocols scored, regime called; interchange-guided, or a beam over "
-            "both protocols' shortlist verified on the pruned model when both are high")
+    what = (
+        "both swap protocols scored, regime called; interchange-guided, or a beam over "
+        "both protocols' shortlist verified on the pruned model when both are high"
+    )
     protocols = ("replacement", "interchange")
     tiebreak = "residual"
 
@@ -75,8 +77,9 @@ def default_cap(budget: int, cons: Constraints) -> int:
     return max(1, sleb_calls(budget, len(cons.candidates())) // 2)
 
 
-def shortlist(importances: Sequence[np.ndarray], budget: int, cons: Constraints,
-              size: int | None = None) -> list[int]:
+def shortlist(
+    importances: Sequence[np.ndarray], budget: int, cons: Constraints, size: int | None = None
+) -> list[int]:
     """The ``size`` most removable candidates of each importance vector, merged (sorted)."""
     k = size or max(SHORTLIST, budget + 2)
     out: set[int] = set()
@@ -103,8 +106,9 @@ def beam_over(
         The sorted removal set and ``{"calls", "capped", "cost", "width", "cap"}``.
     """
     if budget > len(candidates):
-        raise SwappruneError(f"shortlist of {len(candidates)} blocks is smaller than the "
-                             f"budget {budget}; widen it")
+        raise SwappruneError(
+            f"shortlist of {len(candidates)} blocks is smaller than the budget {budget}; widen it"
+        )
     seen: dict[tuple[int, ...], float] = {}
     capped = False
     beams: list[tuple[float, tuple[int, ...]]] = [(0.0, ())]
@@ -195,10 +199,21 @@ def plan_auto(
         if adaptive is not None:
             from swapprune.adaptive import adaptive_score
 
-            res = adaptive_score(model, tokenizer, criteria=needs, strategy=request.strategy,
-                                 budget=request.budget, constraints=cons, settings=adaptive,
-                                 calibration=calibration, calib=calib, tokens=tokens,
-                                 positions=positions, batch_size=batch_size, model_id=model_id)
+            res = adaptive_score(
+                model,
+                tokenizer,
+                criteria=needs,
+                strategy=request.strategy,
+                budget=request.budget,
+                constraints=cons,
+                settings=adaptive,
+                calibration=calibration,
+                calib=calib,
+                tokens=tokens,
+                positions=positions,
+                batch_size=batch_size,
+                model_id=model_id,
+            )
             scores, adaptive_record = res.scores, res.to_dict()
             adaptive_record.pop("stability")
         else:
@@ -208,18 +223,35 @@ def plan_auto(
                 calibration = load_calibration(tokenizer, calib, prompts, tokens, request.seed)
             from swapprune.engine.scoring import score
 
-            scores = score(model, calibration=calibration, protocols=needs, pairs="adjacent",
-                           positions=positions, batch_size=batch_size, model_id=model_id,
-                           progress=progress, seed=request.seed)
+            scores = score(
+                model,
+                calibration=calibration,
+                protocols=needs,
+                pairs="adjacent",
+                positions=positions,
+                batch_size=batch_size,
+                model_id=model_id,
+                progress=progress,
+                seed=request.seed,
+            )
     reg = regime_of(scores, n_boot=n_boot, seed=request.seed)
     if reg is None:
         raise SwappruneError("--protocol auto needs adjacent pairs scored with both protocols")
     plans = {}
     for proto in needs:
-        plans[proto], _ = plan_pruning(model, tokenizer, dataclasses.replace(request, protocol=proto),
-                                       scores=scores, calibration=calibration, calib=calib,
-                                       prompts=prompts, tokens=tokens, batch_size=batch_size,
-                                       model_id=model_id, progress=progress)
+        plans[proto], _ = plan_pruning(
+            model,
+            tokenizer,
+            dataclasses.replace(request, protocol=proto),
+            scores=scores,
+            calibration=calibration,
+            calib=calib,
+            prompts=prompts,
+            tokens=tokens,
+            batch_size=batch_size,
+            model_id=model_id,
+            progress=progress,
+        )
     stab = {p: plan_stability(plans[p], scores, cons, n_boot, request.seed) for p in needs}
     selections = {p: list(plans[p].removed) for p in needs}
     decision: dict = {
@@ -235,16 +267,46 @@ def plan_auto(
     if reg["call"] != "both-high":
         plan = plans["interchange"]
     else:
-        plan = _verify(model, tokenizer, request, scores, cons, calibration, calib, prompts,
-                       tokens, batch_size, shortlist_size, width, max_calls, decision, model_id)
+        plan = _verify(
+            model,
+            tokenizer,
+            request,
+            scores,
+            cons,
+            calibration,
+            calib,
+            prompts,
+            tokens,
+            batch_size,
+            shortlist_size,
+            width,
+            max_calls,
+            decision,
+            model_id,
+        )
     decision["chosen"] = list(plan.removed)
     plan.protocol = "auto"
     plan.scores["auto"] = decision
     return plan, scores
 
 
-def _verify(model, tokenizer, request, scores, cons, calibration, calib, prompts, tokens,
-            batch_size, shortlist_size, width, max_calls, decision, model_id):
+def _verify(
+    model,
+    tokenizer,
+    request,
+    scores,
+    cons,
+    calibration,
+    calib,
+    prompts,
+    tokens,
+    batch_size,
+    shortlist_size,
+    width,
+    max_calls,
+    decision,
+    model_id,
+):
     """The both-high action: a beam over both protocols' shortlist, on the pruned model."""
     from swapprune.calibration import load_calibration
     from swapprune.engine.oracle import CalibrationOracle
@@ -255,8 +317,13 @@ def _verify(model, tokenizer, request, scores, cons, calibration, calib, prompts
     imps = [criteria_mod.get(p).importance(ctx) for p in ("interchange", "replacement")]
     short = shortlist(imps, request.budget, cons, shortlist_size)
     # most removable first (by the better of the two ranks), for completion after a cap
-    rank = {b: min(sorted(cons.candidates(), key=lambda c, i=imp: (float(i[c]), c)).index(b)
-                   for imp in imps) for b in short}
+    rank = {
+        b: min(
+            sorted(cons.candidates(), key=lambda c, i=imp: (float(i[c]), c)).index(b)
+            for imp in imps
+        )
+        for b in short
+    }
     short = sorted(short, key=lambda b: (rank[b], b))
     cap = max_calls or min(default_cap(request.budget, cons), request.beam_calls)
     if calibration is None:
@@ -266,15 +333,26 @@ def _verify(model, tokenizer, request, scores, cons, calibration, calib, prompts
     oracle = CalibrationOracle(model, calibration.input_ids, batch_size, request.oracle_metric)
     chosen, notes = beam_over(short, request.budget, oracle.cost, width, cap)
     base = oracle.cost([])
-    decision.update({
-        "shortlist": sorted(short), "oracle_calls": oracle.calls, "oracle_metric": oracle.metric,
-        "beam": notes, "base_cost": base,
-        "sleb_iterative_calls": sleb_calls(request.budget, len(cons.candidates())),
-        "oracle_windows": list(calibration.input_ids.shape),
-    })
+    decision.update(
+        {
+            "shortlist": sorted(short),
+            "oracle_calls": oracle.calls,
+            "oracle_metric": oracle.metric,
+            "beam": notes,
+            "base_cost": base,
+            "sleb_iterative_calls": sleb_calls(request.budget, len(cons.candidates())),
+            "oracle_windows": list(calibration.input_ids.shape),
+        }
+    )
     return PrunePlan.from_removal(
-        L, chosen, budget=request.budget, protocol="auto", strategy=f"auto-verify:beam:{width}",
-        model=model_id or "", scores={"importance": [float(x) for x in imps[0]]})
+        L,
+        chosen,
+        budget=request.budget,
+        protocol="auto",
+        strategy=f"auto-verify:beam:{width}",
+        model=model_id or "",
+        scores={"importance": [float(x) for x in imps[0]]},
+    )
 
 
 def decision_lines(decision: dict) -> list[str]:
@@ -282,13 +360,16 @@ def decision_lines(decision: dict) -> list[str]:
     lines = [summary_line(decision["regime"]), f"action: {decision['action']}"]
     sel = decision["selections"]
     if decision["regime"]["call"] == "tie-like":
-        lines.append(f"the protocols tie: interchange {sel['interchange']}, replacement "
-                     f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)")
+        lines.append(
+            f"the protocols tie: interchange {sel['interchange']}, replacement "
+            f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)"
+        )
     if decision["regime"]["call"] == "both-high":
         b = decision["beam"]
         lines.append(
             f"verified {decision['chosen']} from shortlist {decision['shortlist']} with "
             f"{decision['oracle_calls']} oracle calls (cap {b['cap']}"
             f"{', reached' if b['capped'] else ''}; SLEB-iterative would use "
-            f"{decision['sleb_iterative_calls']})")
+            f"{decision['sleb_iterative_calls']})"
+        )
     return lines

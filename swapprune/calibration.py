@@ -36,8 +36,13 @@ class Calibration:
     def describe(self) -> dict:
         n, t = self.input_ids.shape
         digest = hashlib.sha256(self.input_ids.numpy().astype(np.int64).tobytes()).hexdigest()
-        return {"source": self.source, "prompts": n, "tokens": t, "seed": self.seed,
-                "sha256": digest[:16]}
+        return {
+            "source": self.source,
+            "prompts": n,
+            "tokens": t,
+            "seed": self.seed,
+            "sha256": digest[:16],
+        }
 
 
 def vendored_text(name: str) -> str:
@@ -52,7 +57,9 @@ def _bos(tokenizer) -> list[int]:
     return [bos] if bos is not None and ids and ids[0] == bos else []
 
 
-def windows_from_text(text: str, tokenizer, prompts: int, tokens: int, seed: int, source: str) -> Calibration:
+def windows_from_text(
+    text: str, tokenizer, prompts: int, tokens: int, seed: int, source: str
+) -> Calibration:
     """Cut ``text`` into non-overlapping windows of ``tokens`` and pick ``prompts`` of them.
 
     Windows get the tokenizer's BOS first when it adds one by default (Gemma
@@ -86,7 +93,9 @@ def windows_from_jsonl(path: Path, tokenizer, prompts: int, tokens: int) -> Cali
                 rec = json.loads(line)
                 text = rec["text"]
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise SwappruneError(f"{path}:{lineno}: expected a JSON object with a 'text' field") from None
+                raise SwappruneError(
+                    f"{path}:{lineno}: expected a JSON object with a 'text' field"
+                ) from None
             ids = tokenizer(text).input_ids
             if len(ids) < tokens:
                 raise SwappruneError(
@@ -120,10 +129,14 @@ def load_calibration(
     if prompts < 1 or tokens < 2:
         raise SwappruneError("--prompts must be >= 1 and --tokens >= 2")
     if max_positions is not None and tokens > max_positions:
-        raise SwappruneError(f"--tokens {tokens} exceeds the model's context of {max_positions} tokens")
+        raise SwappruneError(
+            f"--tokens {tokens} exceeds the model's context of {max_positions} tokens"
+        )
     source = source or DEFAULT_SOURCE
     if source == DEFAULT_SOURCE:
-        return windows_from_text(vendored_text("wiki.valid.raw"), tokenizer, prompts, tokens, seed, source)
+        return windows_from_text(
+            vendored_text("wiki.valid.raw"), tokenizer, prompts, tokens, seed, source
+        )
     path = Path(source)
     if path.suffix == ".jsonl":
         if not path.is_file():
@@ -132,7 +145,9 @@ def load_calibration(
     if path.suffix == ".txt" or path.is_file():
         if not path.is_file():
             raise SwappruneError(f"calibration file {path} not found")
-        return windows_from_text(path.read_text(encoding="utf-8"), tokenizer, prompts, tokens, seed, str(path))
+        return windows_from_text(
+            path.read_text(encoding="utf-8"), tokenizer, prompts, tokens, seed, str(path)
+        )
     return _from_datasets(source, tokenizer, prompts, tokens, seed)
 
 
@@ -141,14 +156,23 @@ def _from_datasets(name: str, tokenizer, prompts: int, tokens: int, seed: int) -
     try:
         import datasets
     except ImportError:
-        raise SwappruneError(f"'{name}' is not a file, and the datasets package is missing") from None
+        raise SwappruneError(
+            f"'{name}' is not a file, and the datasets package is missing"
+        ) from None
     try:
-        ds = datasets.load_dataset(parts[0], parts[1] if len(parts) > 1 else None,
-                                   split=parts[2] if len(parts) > 2 else "train")
+        ds = datasets.load_dataset(
+            parts[0],
+            parts[1] if len(parts) > 1 else None,
+            split=parts[2] if len(parts) > 2 else "train",
+        )
     except Exception as e:  # hub/network errors come in many types
-        raise SwappruneError(f"cannot load calibration data set '{name}': {type(e).__name__}: {e}") from None
+        raise SwappruneError(
+            f"cannot load calibration data set '{name}': {type(e).__name__}: {e}"
+        ) from None
     if "text" not in ds.column_names:
-        raise SwappruneError(f"calibration data set '{name}' has no 'text' column (columns: "
-                             f"{', '.join(ds.column_names)})")
+        raise SwappruneError(
+            f"calibration data set '{name}' has no 'text' column (columns: "
+            f"{', '.join(ds.column_names)})"
+        )
     text = "\n".join(t for t in ds["text"] if t)
     return windows_from_text(text, tokenizer, prompts, tokens, seed, name)

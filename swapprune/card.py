@@ -51,8 +51,10 @@ def model_card(plan: PrunePlan, base_model_id: Any, extra: list[str] | None = No
     ]
     if plan.fingerprint:
         fp = plan.fingerprint
-        body.append(f"- **Source model fingerprint**: config `{fp.get('config')}`, weights "
-                    f"`{fp.get('weights')}` ({fp.get('dtype')})")
+        body.append(
+            f"- **Source model fingerprint**: config `{fp.get('config')}`, weights "
+            f"`{fp.get('weights')}` ({fp.get('dtype')})"
+        )
     body += [
         "",
     ]

@@ -137,8 +137,12 @@ def write_checkpoint(
         results = {"skipped": True}
     results["wall_s"] = round(time.perf_counter() - start, 3)
     data = make_provenance(
-        base_model=base_model_id, invocation=provenance, plan=plan.describe(),
-        save_dtype=dtype_name, selfcheck=results, **(record or {}),
+        base_model=base_model_id,
+        invocation=provenance,
+        plan=plan.describe(),
+        save_dtype=dtype_name,
+        selfcheck=results,
+        **(record or {}),
     )
     write_json_atomic(tmp / PROVENANCE, data, indent=2)
     return results

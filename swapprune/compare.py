@@ -141,22 +141,39 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     job.run.check_model(loaded.facts)
     model, tok, src = loaded.model, loaded.tokenizer, loaded.source
     calibration = pipeline.calibrate(job.run, loaded)
-    probes = sorted({p for _, crit, _ in runs for p in criteria.get(crit).protocols
-                     if p in ("replacement", "interchange", "deletion")}
-                    | {"replacement", "interchange"})
+    probes = sorted(
+        {
+            p
+            for _, crit, _ in runs
+            for p in criteria.get(crit).protocols
+            if p in ("replacement", "interchange", "deletion")
+        }
+        | {"replacement", "interchange"}
+    )
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
     if job.compare.scores:
         scores = pipeline.reuse_scores(job.compare.scores, loaded)
     else:
         score_cfg = dataclasses.replace(
-            job.run, score=dataclasses.replace(job.run.score or _default_score(), probes=probes,
-                                               pairs=job.compare.pairs,
-                                               output=str(out / "scores.json")))
+            job.run,
+            score=dataclasses.replace(
+                job.run.score or _default_score(),
+                probes=probes,
+                pairs=job.compare.pairs,
+                output=str(out / "scores.json"),
+            ),
+        )
         scores = pipeline.score(score_cfg, loaded, calibration, progress)
     score_s = time.perf_counter() - t0
-    eval_cfg = {"model": src.id, "tasks": tasks, "limit": job.limit, "words": job.words,
-                "max_length": job.max_length, "dtype": str(next(model.parameters()).dtype)}
+    eval_cfg = {
+        "model": src.id,
+        "tasks": tasks,
+        "limit": job.limit,
+        "words": job.words,
+        "max_length": job.max_length,
+        "dtype": str(next(model.parameters()).dtype),
+    }
 
     def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
         f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
@@ -164,9 +181,16 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
         if hit is not None:
             return hit, 0.0
         t = time.perf_counter()
-        res = evaluate(m, tok, tasks, limit=job.limit, words=job.words,
-                       max_length=job.max_length, batch_size=job.eval.batch_size,
-                       n_boot=job.eval.bootstrap)
+        res = evaluate(
+            m,
+            tok,
+            tasks,
+            limit=job.limit,
+            words=job.words,
+            max_length=job.max_length,
+            batch_size=job.eval.batch_size,
+            n_boot=job.eval.bootstrap,
+        )
         write_text_atomic(f, res.to_json())
         return res, time.perf_counter() - t
 
@@ -182,9 +206,13 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
             bar.set_postfix_str(f"n={budget} {label}")
             cfg = method_config(job, crit, seed, budget)
             assert cfg.prune is not None
-            pkey = {"cal": calibration.describe(), "scores": scores.meta.get("calibration"),
-                    "req": dataclasses.asdict(cfg.prune.request(seed)),
-                    "positions": job.calib.positions, "model": src.id}
+            pkey = {
+                "cal": calibration.describe(),
+                "scores": scores.meta.get("calibration"),
+                "req": dataclasses.asdict(cfg.prune.request(seed)),
+                "positions": job.calib.positions,
+                "model": src.id,
+            }
             pf = cache / f"plan-{_key(pkey)}.json"
             t = time.perf_counter()
             plan = _cached(pf, PrunePlan.from_json)
@@ -207,21 +235,32 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
             with variant(model, plan) as m:
                 res, eval_s = evaluated(plan.kept, plan.merged, m)
             cells.setdefault(budget, {})[label] = {
-                "plan": plan, "result": res, "select_s": select_s, "eval_s": eval_s,
+                "plan": plan,
+                "result": res,
+                "select_s": select_s,
+                "eval_s": eval_s,
             }
             bar.update()
     bar.close()
     from swapprune.compare_report import build_results, write_markdown, write_plots
 
     results = build_results(job, src.id, L, base, cells, scores, tasks)
-    results["timing"] = {"score_s": score_s, "baseline_eval_s": base_s,
-                         "total_s": time.perf_counter() - t0}
+    results["timing"] = {
+        "score_s": score_s,
+        "baseline_eval_s": base_s,
+        "total_s": time.perf_counter() - t0,
+    }
     write_json_atomic(out / "results.json", results)
     write_markdown(results, out / "results.md")
     write_plots(results, scores, out)
-    write_json_atomic(out / "provenance.json",
-                      provenance(base_model=src.id, invocation={"config": job.run.to_dict(),
-                                 "compare": dataclasses.asdict(job.compare)}), indent=2)
+    write_json_atomic(
+        out / "provenance.json",
+        provenance(
+            base_model=src.id,
+            invocation={"config": job.run.to_dict(), "compare": dataclasses.asdict(job.compare)},
+        ),
+        indent=2,
+    )
     return results
 
 
@@ -236,9 +275,15 @@ def _prefix(full, budget: int):
     from swapprune.plan import PrunePlan
 
     order = full.scores["order"]
-    return PrunePlan.from_removal(full.num_layers, order[:budget], protocol=full.protocol,
-                                  strategy=full.strategy, model=full.model, scores=full.scores,
-                                  budget=budget)
+    return PrunePlan.from_removal(
+        full.num_layers,
+        order[:budget],
+        protocol=full.protocol,
+        strategy=full.strategy,
+        model=full.model,
+        scores=full.scores,
+        budget=budget,
+    )
 
 
 def _check_budgets(job: CompareJob, runs, num_layers: int) -> None:

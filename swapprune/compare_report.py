@@ -26,8 +26,12 @@ def _metric_rows(result, base, tasks):
             continue
         rows[task] = {}
         for name, m in result.tasks[task].metrics.items():
-            row = {"value": m.value, "ci": [m.low, m.high], "higher_is_better": m.higher_is_better,
-                   "n": len(result.tasks[task].unit_ids)}
+            row = {
+                "value": m.value,
+                "ci": [m.low, m.high],
+                "higher_is_better": m.higher_is_better,
+                "n": len(result.tasks[task].unit_ids),
+            }
             if m.units and base is not None:
                 cmp, _ = compare(base, result, task, name)
                 row["rel_change"] = cmp.ratio.estimate - 1
@@ -60,12 +64,16 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
             rows = _metric_rows(res, base, tasks)
             prim = rows.get(task, {}).get(metric, {})
             entry["methods"][label] = {
-                "removed": plan.removed, "kept": plan.kept,
+                "removed": plan.removed,
+                "kept": plan.kept,
                 "merged": {str(k): v for k, v in plan.merged.items()},
                 "metrics": rows,
                 "cost_pct": 100 * prim["rel_change"] if "rel_change" in prim else None,
-                "cost_pct_ci": [100 * x for x in prim["rel_change_ci"]] if "rel_change_ci" in prim else None,
-                "select_s": cell["select_s"], "eval_s": cell["eval_s"],
+                "cost_pct_ci": [100 * x for x in prim["rel_change_ci"]]
+                if "rel_change_ci" in prim
+                else None,
+                "select_s": cell["select_s"],
+                "eval_s": cell["eval_s"],
             }
         labels = [lab for lab in methods if not lab.startswith("random:")]
         for a, b in itertools.combinations(labels, 2):
@@ -73,18 +81,28 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
             same = ca["plan"].kept == cb["plan"].kept and ca["plan"].merged == cb["plan"].merged
             cost_a = entry["methods"][a]["cost_pct"]
             cost_b = entry["methods"][b]["cost_pct"]
-            comp = {"a": a, "b": b, "task": task, "metric": metric, "same_layers": same,
-                    "ratio_of_costs": (cost_a / cost_b) if cost_a is not None and cost_b else None}
+            comp = {
+                "a": a,
+                "b": b,
+                "task": task,
+                "metric": metric,
+                "same_layers": same,
+                "ratio_of_costs": (cost_a / cost_b) if cost_a is not None and cost_b else None,
+            }
             if same:
                 comp["verdict"] = "same layers: identical models"
             else:
                 cmp, _ = compare(ca["result"], cb["result"], task, metric)
                 higher = ca["result"].tasks[task].metrics[metric].higher_is_better
-                comp["difference"] = {"estimate": cmp.difference.estimate,
-                                      "ci": [cmp.difference.low, cmp.difference.high]}
+                comp["difference"] = {
+                    "estimate": cmp.difference.estimate,
+                    "ci": [cmp.difference.low, cmp.difference.high],
+                }
                 comp["verdict"] = verdict(cmp, higher, names=(a, b))
             entry["comparisons"].append(comp)
-        randoms = [entry["methods"][lab]["cost_pct"] for lab in methods if lab.startswith("random:")]
+        randoms = [
+            entry["methods"][lab]["cost_pct"] for lab in methods if lab.startswith("random:")
+        ]
         if randoms and all(r is not None for r in randoms):
             entry["random_mean_cost_pct"] = float(np.mean(randoms))
         budgets.append(entry)
@@ -97,15 +115,21 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
         "tasks": tasks,
         "primary": {"task": task, "metric": metric},
         "contract": {
-            "limit": job.limit, "words": job.words, "max_length": job.max_length,
+            "limit": job.limit,
+            "words": job.words,
+            "max_length": job.max_length,
             "stride": job.max_length // 2,
             "ci": "95% percentile bootstrap, 1000 resamples over the task's units",
             "test": "paired bootstrap of the metric difference over the same units; "
-                    "tie when its 95% CI includes zero",
+            "tie when its 95% CI includes zero",
             "cost": "relative change of the metric vs the unpruned model (dPPL% for perplexity)",
-            "calibration": {"source": job.calib.calib or "wikitext2-valid",
-                            "prompts": job.calib.prompts, "tokens": job.calib.tokens,
-                            "positions": job.calib.positions, "seed": job.calib.seed},
+            "calibration": {
+                "source": job.calib.calib or "wikitext2-valid",
+                "prompts": job.calib.prompts,
+                "tokens": job.calib.tokens,
+                "positions": job.calib.positions,
+                "seed": job.calib.seed,
+            },
             "strategy": job.strategy or "criterion default (greedy; iterative for sleb)",
         },
         "regime": summary.get("regime"),
@@ -128,17 +152,24 @@ def _contract_lines(results: dict) -> list[str]:
     n = next((m.get("n") for m in base.values() if isinstance(m, dict) and m.get("n")), None)
     lines = []
     if task == "swapprune_wikitext2_ppl":
-        lines.append(f"Setting: WikiText-2 test, first {c['words']} words, windows of "
-                     f"{c['max_length']} tokens, stride {c['stride']}"
-                     + (f", {n} windows" if n else "") + ".")
+        lines.append(
+            f"Setting: WikiText-2 test, first {c['words']} words, windows of "
+            f"{c['max_length']} tokens, stride {c['stride']}"
+            + (f", {n} windows" if n else "")
+            + "."
+        )
     matched = c.get("words") == 5000 and c.get("max_length") == 512 and not c.get("limit")
     if c.get("limit"):
-        lines.append(f"**Warning: limit {c['limit']}: only the first {c['limit']} units of each "
-                     "task were evaluated. This is a quick look, not the matched contract; "
-                     "verdicts have less power.**")
+        lines.append(
+            f"**Warning: limit {c['limit']}: only the first {c['limit']} units of each "
+            "task were evaluated. This is a quick look, not the matched contract; "
+            "verdicts have less power.**"
+        )
     elif task == "swapprune_wikitext2_ppl" and not matched:
-        lines.append("**Warning: these settings differ from the paper's matched contract "
-                     "(5000 words, 512-token windows).**")
+        lines.append(
+            "**Warning: these settings differ from the paper's matched contract "
+            "(5000 words, 512-token windows).**"
+        )
     return lines
 
 
@@ -168,8 +199,10 @@ def write_markdown(results: dict, path: Path) -> None:
                 f"{_fmt(m['cost_pct'], True)} [{_fmt(ci[0], True)}, {_fmt(ci[1], True)}] |"
             )
         if "random_mean_cost_pct" in entry:
-            lines.append(f"| {entry['budget']} | random (mean of seeds) | | | "
-                         f"{_fmt(entry['random_mean_cost_pct'], True)} |")
+            lines.append(
+                f"| {entry['budget']} | random (mean of seeds) | | | "
+                f"{_fmt(entry['random_mean_cost_pct'], True)} |"
+            )
     lines += [
         "",
         f"Paired verdicts: B - A is the difference of {metric} (B minus A, in {metric} units) "
@@ -183,20 +216,25 @@ def write_markdown(results: dict, path: Path) -> None:
         for c in entry["comparisons"]:
             d = c.get("difference")
             diff = f"{_fmt(d['estimate'])} [{_fmt(d['ci'][0])}, {_fmt(d['ci'][1])}]" if d else "0"
-            lines.append(f"| {entry['budget']} | {c['a']} vs {c['b']} | {diff} | "
-                         f"{c['verdict']} |")
+            lines.append(f"| {entry['budget']} | {c['a']} vs {c['b']} | {diff} | {c['verdict']} |")
     reg = results.get("regime")
     if reg:
-        lines += ["", f"Probe regime (adjacent pairs): **{reg['call']}**: median d_repl "
-                      f"{reg['median_replacement']:.3g}, d_inter {reg['median_interchange']:.3g}, "
-                      f"I/R {_fmt(reg['median_ir'])}. {reg['advice']}."]
+        lines += [
+            "",
+            f"Probe regime (adjacent pairs): **{reg['call']}**: median d_repl "
+            f"{reg['median_replacement']:.3g}, d_inter {reg['median_interchange']:.3g}, "
+            f"I/R {_fmt(reg['median_ir'])}. {reg['advice']}.",
+        ]
     path.write_text("\n".join(lines) + "\n")
 
 
 def _short(model: str) -> str:
     """A model id for a plot title: the hub id, or the last part of a path."""
-    return model if model.count("/") == 1 and not model.startswith(("/", ".")) else \
-        Path(model.rstrip("/")).name
+    return (
+        model
+        if model.count("/") == 1 and not model.startswith(("/", "."))
+        else Path(model.rstrip("/")).name
+    )
 
 
 def _setting(results: dict) -> str:
@@ -233,8 +271,14 @@ def write_plots(results: dict, scores, out: Path) -> list[Path]:
         xs = [b for b, _ in pts]
         ys = [m["cost_pct"] for _, m in pts]
         if lab.startswith("random:"):
-            ax.plot(xs, ys, color="grey", alpha=0.35, lw=1,
-                    label=None if seen_random else "random (one line per seed)")
+            ax.plot(
+                xs,
+                ys,
+                color="grey",
+                alpha=0.35,
+                lw=1,
+                label=None if seen_random else "random (one line per seed)",
+            )
             seen_random = True
             continue
         (line,) = ax.plot(xs, ys, label=lab, lw=2, marker="o")
@@ -282,17 +326,32 @@ def plot_scores(scores, out: Path) -> list[Path]:
     if adj and protos:
         fig, ax = plt.subplots(figsize=(7, 3.8))
         for p in protos:
-            ax.plot([i for i, _ in adj], [scores.distance(p, i, j) for i, j in adj], marker="o",
-                    label=names[p])
-        ax.axhline(STRONG, color="green", lw=0.8, ls=":",
-                   label=f"{STRONG}: strongly swap-similar below (paper's band)")
-        ax.axhline(CONDITIONAL, color="orange", lw=0.8, ls="--",
-                   label=f"{CONDITIONAL}: not swap-similar above (paper's band)")
+            ax.plot(
+                [i for i, _ in adj],
+                [scores.distance(p, i, j) for i, j in adj],
+                marker="o",
+                label=names[p],
+            )
+        ax.axhline(
+            STRONG,
+            color="green",
+            lw=0.8,
+            ls=":",
+            label=f"{STRONG}: strongly swap-similar below (paper's band)",
+        )
+        ax.axhline(
+            CONDITIONAL,
+            color="orange",
+            lw=0.8,
+            ls="--",
+            label=f"{CONDITIONAL}: not swap-similar above (paper's band)",
+        )
         ax.set_yscale("log")
         ax.set_xlabel("adjacent pair (i, i+1): i")
         ax.set_ylabel(f"KL(p_base || p_swapped), nats ({positions} positions)")
-        ax.set_title(f"{_short(str(scores.meta.get('model', '')))}: adjacent-pair swap "
-                     "distances", fontsize=9)
+        ax.set_title(
+            f"{_short(str(scores.meta.get('model', '')))}: adjacent-pair swap distances", fontsize=9
+        )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -301,7 +360,7 @@ def plot_scores(scores, out: Path) -> list[Path]:
         plt.close(fig)
     if any(j - i > 1 for i, j in scores.pairs) and protos:
         mats = {p: np.full((L, L), np.nan) for p in protos}
-        for (i, j) in scores.pairs:
+        for i, j in scores.pairs:
             for p in mats:
                 mats[p][i, j] = mats[p][j, i] = scores.distance(p, i, j)
         vals = np.concatenate([m[np.isfinite(m)] for m in mats.values()])
@@ -310,8 +369,7 @@ def plot_scores(scores, out: Path) -> list[Path]:
             fig, axes = plt.subplots(1, len(mats), figsize=(5 * len(mats), 4.4), squeeze=False)
             for ax, (p, m) in zip(axes[0], mats.items()):
                 im = ax.imshow(np.ma.masked_invalid(m), norm=norm, cmap="viridis")
-                ax.set_title(f"{names[p]} ({positions} positions); blank = not scored",
-                             fontsize=9)
+                ax.set_title(f"{names[p]} ({positions} positions); blank = not scored", fontsize=9)
                 ax.set_xlabel("block j")
                 ax.set_ylabel("block i")
             cbar = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
@@ -334,8 +392,11 @@ def plot_scores(scores, out: Path) -> list[Path]:
         ax.set_xlabel("adjacent pair (i, i+1): i")
         ax.set_ylabel("I/R")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{_short(str(scores.meta.get('model', '')))}: protocol gap along depth "
-                     f"({positions} positions)", fontsize=9)
+        ax.set_title(
+            f"{_short(str(scores.meta.get('model', '')))}: protocol gap along depth "
+            f"({positions} positions)",
+            fontsize=9,
+        )
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "ir_along_depth.png")

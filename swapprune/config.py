@@ -46,9 +46,17 @@ NO_TEXT = (None, "", "none", "null")
 _DEVICE = re.compile(r"^(cpu|auto|mps|meta|(cuda|xpu|npu)(:\d+)?)$")
 
 
-def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None,
-        flag: str | None = None, aliases: tuple[str, ...] = (), cli: bool = True,
-        metavar: str | None = None, required: bool = False) -> Any:
+def opt(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Any = None,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    cli: bool = True,
+    metavar: str | None = None,
+    required: bool = False,
+) -> Any:
     """A config field with the metadata the CLI and the recipe schema read.
 
     Args:
@@ -62,8 +70,14 @@ def opt(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = No
         required: required in practice although the dataclass has a default (checked by
             the section's ``check``; shown as REQUIRED in the schema).
     """
-    meta = {"help": help, "flag": flag, "aliases": aliases, "cli": cli, "metavar": metavar,
-            "required": required}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "aliases": aliases,
+        "cli": cli,
+        "metavar": metavar,
+        "required": required,
+    }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -91,8 +105,12 @@ def _check_text_file(where: str, source: str | None) -> None:
 class ModelConfig:
     """Which model to load, and where."""
 
-    name: str = opt("smollm2-135m", "hub id, local directory, .gguf file or alias (smollm2-135m)",
-                    flag="--model", aliases=("spec",))
+    name: str = opt(
+        "smollm2-135m",
+        "hub id, local directory, .gguf file or alias (smollm2-135m)",
+        flag="--model",
+        aliases=("spec",),
+    )
     dtype: str | None = opt(None, "float32 (default), bfloat16 or float16")
     device: str | None = opt(None, "cpu, cuda, cuda:1, mps (default: cuda if present)")
     device_map: str | None = opt(None, "e.g. auto: accelerate places and offloads the weights")
@@ -102,7 +120,8 @@ class ModelConfig:
         _choice("dtype", self.dtype, DTYPES)
         if self.device is not None and not _DEVICE.match(self.device):
             raise SwappruneError(
-                f"unknown device '{self.device}'; use cpu, cuda, cuda:N, mps or auto")
+                f"unknown device '{self.device}'; use cpu, cuda, cuda:N, mps or auto"
+            )
         from swapprune.loading import resolve_source
 
         resolve_source(self.name)
@@ -112,18 +131,27 @@ class ModelConfig:
 class CalibrationConfig:
     """Unlabeled windows the probes and model-based criteria run on."""
 
-    calib: str | None = opt(None, "wikitext2-valid (default, vendored), a .txt file, a .jsonl "
-                                  "prompt set or a datasets name")
+    calib: str | None = opt(
+        None,
+        "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
+    )
     prompts: int = opt(64, "number of calibration windows")
     tokens: int = opt(128, "tokens per window")
     seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
-    positions: str = opt("all", "where KL is measured: all positions (default) or the last "
-                                "(the paper's GPT-2/Pythia setting)")
+    positions: str = opt(
+        "all",
+        "where KL is measured: all positions (default) or the last "
+        "(the paper's GPT-2/Pythia setting)",
+    )
     batch_size: int = opt(8, "windows per forward pass")
-    adaptive: str = opt("auto", "score in tranches until the selection is stable: on, off, or "
-                                "auto (on for --protocol auto)")
-    target_frequency: float = opt(0.9, "adaptive: stop when the chosen set comes out in this "
-                                       "share of bootstrap resamples")
+    adaptive: str = opt(
+        "auto",
+        "score in tranches until the selection is stable: on, off, or "
+        "auto (on for --protocol auto)",
+    )
+    target_frequency: float = opt(
+        0.9, "adaptive: stop when the chosen set comes out in this share of bootstrap resamples"
+    )
     tranche: int = opt(16, "adaptive: windows added per round")
     max_prompts: int = opt(128, "adaptive: never probe more windows than this")
 
@@ -142,30 +170,39 @@ class CalibrationConfig:
         """The :class:`~swapprune.adaptive.AdaptiveSettings` of these fields."""
         from swapprune.adaptive import AdaptiveSettings
 
-        return AdaptiveSettings(target=self.target_frequency, tranche=self.tranche,
-                                max_windows=self.max_prompts, seed=self.seed)
+        return AdaptiveSettings(
+            target=self.target_frequency,
+            tranche=self.tranche,
+            max_windows=self.max_prompts,
+            seed=self.seed,
+        )
 
     def adaptive_for(self, protocol: str | None) -> bool:
         """Whether selection with criterion ``protocol`` scores adaptively."""
         return self.adaptive == "on" or (self.adaptive == "auto" and protocol == "auto")
 
     def describe(self) -> str:
-        return (f"{self.prompts} windows x {self.tokens} tokens of {self.calib or 'wikitext2-valid'}"
-                f", seed {self.seed}, {self.positions} positions")
+        return (
+            f"{self.prompts} windows x {self.tokens} tokens of {self.calib or 'wikitext2-valid'}"
+            f", seed {self.seed}, {self.positions} positions"
+        )
 
 
 @dataclass
 class ScoreConfig:
     """Measure the swap-KL probes once and keep them (``scores.json``)."""
 
-    probes: list[str] = opt(help="probes: replacement, interchange, deletion",
-                            factory=lambda: ["replacement", "interchange"],
-                            aliases=("protocols", "--protocols"))
+    probes: list[str] = opt(
+        help="probes: replacement, interchange, deletion",
+        factory=lambda: ["replacement", "interchange"],
+        aliases=("protocols", "--protocols"),
+    )
     pairs: str = opt("adjacent", "pairs to probe: adjacent, all, gap:K or 3-4,7-9")
     bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
     cache_gb: float = opt(4.0, "memory for cached hidden states, GB")
-    output: str | None = opt(None, "scores JSON to write (resumed if it exists)", flag="--output",
-                             aliases=("--out",))
+    output: str | None = opt(
+        None, "scores JSON to write (resumed if it exists)", flag="--output", aliases=("--out",)
+    )
 
     def check(self) -> None:
         if not self.probes:
@@ -185,25 +222,36 @@ class ScoreConfig:
 class SelectConfig:
     """Choose the blocks to remove or merge, at a budget (or apply a saved plan)."""
 
-    budget: int | None = opt(None, "number of blocks to remove or merge (unless a plan is "
-                                   "applied)", required=True)
-    protocol: str = opt("interchange", "criterion: interchange, replacement, bi, angular, sleb, "
-                                       "... (swapprune list)")
-    strategy: str | None = opt(None, "selection strategy (default: the criterion's own; "
-                                     "swapprune list)")
+    budget: int | None = opt(
+        None, "number of blocks to remove or merge (unless a plan is applied)", required=True
+    )
+    protocol: str = opt(
+        "interchange",
+        "criterion: interchange, replacement, bi, angular, sleb, ... (swapprune list)",
+    )
+    strategy: str | None = opt(
+        None, "selection strategy (default: the criterion's own; swapprune list)"
+    )
     op: str = opt("remove", "remove or merge")
     merge: str = opt("average", "merge rule for op merge: average or laco")
     protect_first: int = opt(0, "never remove the first k blocks")
     protect_last: int = opt(0, "never remove the last k blocks")
-    oracle: str = opt("ppl", "metric of oracle queries (beam, sleb): ppl or kl",
-                      aliases=("oracle_metric",))
+    oracle: str = opt(
+        "ppl", "metric of oracle queries (beam, sleb): ppl or kl", aliases=("oracle_metric",)
+    )
 
     max_oracle_calls: int = opt(400, "cap on oracle calls of beam search")
-    beam_seeds: int = opt(12, "beam search: seed candidates taken from the criterion (the paper: "
-                              "top 12 interchange candidates)")
+    beam_seeds: int = opt(
+        12,
+        "beam search: seed candidates taken from the criterion (the paper: "
+        "top 12 interchange candidates)",
+    )
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
-    stability_threshold: float = opt(0.5, "warn when the chosen set comes out in fewer bootstrap "
-                                          "resamples of the calibration windows than this")
+    stability_threshold: float = opt(
+        0.5,
+        "warn when the chosen set comes out in fewer bootstrap "
+        "resamples of the calibration windows than this",
+    )
     plan: str | None = opt(None, "apply this plan.json instead of selecting", cli=False)
 
     def check(self) -> None:
@@ -220,18 +268,26 @@ class SelectConfig:
         _positive("beam_seeds", self.beam_seeds)
         if not 0 < self.stability_threshold <= 1:
             raise SwappruneError(
-                f"stability_threshold must be in (0, 1], got {self.stability_threshold}")
+                f"stability_threshold must be in (0, 1], got {self.stability_threshold}"
+            )
 
     def request(self, seed: int = 0):
         """The :class:`swapprune.pruning.PruneRequest` of these settings."""
         from swapprune.pruning import PruneRequest
 
         return PruneRequest(
-            budget=self.budget if self.budget is not None else 1, protocol=self.protocol,
-            strategy=self.strategy, op=self.op, merge=self.merge,
-            protect_first=self.protect_first, protect_last=self.protect_last, seed=seed,
-            oracle_metric=self.oracle, beam_calls=self.max_oracle_calls,
-            beam_seeds=self.beam_seeds)
+            budget=self.budget if self.budget is not None else 1,
+            protocol=self.protocol,
+            strategy=self.strategy,
+            op=self.op,
+            merge=self.merge,
+            protect_first=self.protect_first,
+            protect_last=self.protect_last,
+            seed=seed,
+            oracle_metric=self.oracle,
+            beam_calls=self.max_oracle_calls,
+            beam_seeds=self.beam_seeds,
+        )
 
 
 @dataclass
@@ -241,29 +297,39 @@ class HealConfig:
     rank: int = opt(16, "LoRA rank r")
     alpha: float = opt(32.0, "LoRA alpha (scale = alpha / rank)")
     dropout: float = opt(0.05, "dropout on the LoRA input, in [0, 1)")
-    target_modules: list[str] | None = opt(None, "module names to adapt (peft suffix match, e.g. "
-                                                 "[q_proj, v_proj]); default: every linear "
-                                                 "projection inside the decoder blocks")
+    target_modules: list[str] | None = opt(
+        None,
+        "module names to adapt (peft suffix match, e.g. "
+        "[q_proj, v_proj]); default: every linear "
+        "projection inside the decoder blocks",
+    )
     near_cuts: bool = opt(False, "adapt only the kept blocks next to a removed/merged block")
     steps: int = opt(200, "optimizer steps")
     lr: float = opt(2e-4, "peak learning rate (linear warmup, linear decay)")
     batch_size: int = opt(4, "windows per step")
-    calib: str | None = opt("wikitext2-valid", "training text: wikitext2-valid (vendored), a .txt "
-                                               "file or a .jsonl prompt set")
+    calib: str | None = opt(
+        "wikitext2-valid",
+        "training text: wikitext2-valid (vendored), a .txt file or a .jsonl prompt set",
+    )
     prompts: int = opt(256, "training windows")
     tokens: int = opt(256, "tokens per window")
-    heldout: int = opt(16, "further windows of the same text, never trained on: held-out "
-                           "perplexity")
+    heldout: int = opt(
+        16, "further windows of the same text, never trained on: held-out perplexity"
+    )
     seed: int = opt(0, "window pick, batch order and LoRA init seed")
-    distill: float = opt(0.0, "weight of the KL(teacher || student) loss against the unpruned "
-                              "model, in [0, 1]; > 0 keeps a copy of the unpruned model")
+    distill: float = opt(
+        0.0,
+        "weight of the KL(teacher || student) loss against the unpruned "
+        "model, in [0, 1]; > 0 keeps a copy of the unpruned model",
+    )
     gradient_checkpointing: bool = opt(False, "trade compute for activation memory")
 
     def check(self) -> None:
         if self.calib in NO_TEXT:
             raise SwappruneError(
                 "heal needs calibration text: set heal.calib to wikitext2-valid (default), "
-                "a .txt file or a .jsonl prompt set")
+                "a .txt file or a .jsonl prompt set"
+            )
         for name in ("rank", "steps", "batch_size", "prompts", "heldout"):
             _positive(f"heal.{name}", getattr(self, name))
         _positive("heal.tokens", self.tokens, 8)
@@ -282,11 +348,14 @@ class QuantizeConfig:
     """Weight-only quantization with optimum-quanto."""
 
     scheme: str = opt("int8", "weight format: " + ", ".join(SCHEMES))
-    include: list[str] | None = opt(None, "fnmatch patterns of module names to quantize "
-                                          "(default: every linear layer)")
-    exclude: list[str] = opt(help="fnmatch patterns of module names left in float (default keeps "
-                                  "the LM head, often tied to the embeddings)",
-                             factory=lambda: ["lm_head"])
+    include: list[str] | None = opt(
+        None, "fnmatch patterns of module names to quantize (default: every linear layer)"
+    )
+    exclude: list[str] = opt(
+        help="fnmatch patterns of module names left in float (default keeps "
+        "the LM head, often tied to the embeddings)",
+        factory=lambda: ["lm_head"],
+    )
     selfcheck: bool = opt(True, "reload the saved model and compare logits before keeping it")
 
     def check(self) -> None:
@@ -301,15 +370,20 @@ class QuantizeConfig:
 class EvalConfig:
     """lm-eval tasks on the in-memory model at each point of the run."""
 
-    tasks: list[str] = opt(help="task names or aliases (swapprune list); wikitext2_ppl is the "
-                                "matched contract", factory=lambda: ["wikitext2_ppl"])
+    tasks: list[str] = opt(
+        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract",
+        factory=lambda: ["wikitext2_ppl"],
+    )
     limit: int | None = opt(None, "examples / perplexity windows per task (quick checks only)")
     words: int = opt(5000, "words of WikiText-2 test for wikitext2_ppl (contract: 5000)")
     max_length: int = opt(512, "context (perplexity window) in tokens; stride is half")
     batch_size: int = opt(8, "sequences per forward pass")
     bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
-    at: list[str] | None = opt(None, "points to evaluate: base, pruned, healed, quantized "
-                                     "(default: every one that runs)", cli=False)
+    at: list[str] | None = opt(
+        None,
+        "points to evaluate: base, pruned, healed, quantized (default: every one that runs)",
+        cli=False,
+    )
     output: str | None = opt(None, "eval JSON to write", flag="--output", aliases=("--out",))
 
     def check(self) -> None:
@@ -333,8 +407,9 @@ class EvalConfig:
 class CostConfig:
     """What the cut cost: base vs pruned WikiText-2 perplexity, measured after selection."""
 
-    windows: int | None = opt(8, "windows of the matched contract to score (the first N; "
-                                 "0: all of them)")
+    windows: int | None = opt(
+        8, "windows of the matched contract to score (the first N; 0: all of them)"
+    )
     threshold: float = opt(0.5, "warn when dPPL exceeds this (0.5 = +50%)")
 
     def check(self) -> None:
@@ -348,8 +423,11 @@ class CostConfig:
 class ExportConfig:
     """Where the checkpoint (or run directory) goes."""
 
-    output: str = opt(help="directory to write: a checkpoint that loads with from_pretrained",
-                      flag="--output", aliases=("--out",))
+    output: str = opt(
+        help="directory to write: a checkpoint that loads with from_pretrained",
+        flag="--output",
+        aliases=("--out",),
+    )
     save_dtype: str | None = opt(None, "dtype of the saved weights (default: as loaded)")
     overwrite: bool = opt(False, "replace an output directory that swapprune wrote earlier")
     selfcheck: bool = opt(True, "reload + logits + cached-generation check before the rename")
@@ -366,18 +444,24 @@ class CompareConfig:
     """``swapprune compare``: the cost of each criterion at each budget, with paired verdicts."""
 
     budgets: list[int] = opt(help="budgets to compare", factory=lambda: [1, 3, 5])
-    criteria: list[str] = opt(help="criteria to compare (swapprune list), e.g. "
-                                   "interchange,replacement,bi,sleb,random",
-                              factory=lambda: ["interchange", "replacement"],
-                              aliases=("--protocols",))
-    strategy: str | None = opt(None, "selection strategy for every criterion (default: each "
-                                     "criterion's own)")
-    random_seeds: list[int] = opt(help="seeds of the random baseline",
-                                  factory=lambda: list(range(10)))
+    criteria: list[str] = opt(
+        help="criteria to compare (swapprune list), e.g. interchange,replacement,bi,sleb,random",
+        factory=lambda: ["interchange", "replacement"],
+        aliases=("--protocols",),
+    )
+    strategy: str | None = opt(
+        None, "selection strategy for every criterion (default: each criterion's own)"
+    )
+    random_seeds: list[int] = opt(
+        help="seeds of the random baseline", factory=lambda: list(range(10))
+    )
     pairs: str = opt("adjacent", "pairs to probe")
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
-    output: str = opt(help="directory for results.json, results.md, plots and cache (a rerun "
-                           "reuses its cache)", flag="--output", aliases=("--out",))
+    output: str = opt(
+        help="directory for results.json, results.md, plots and cache (a rerun reuses its cache)",
+        flag="--output",
+        aliases=("--out",),
+    )
 
     def check(self) -> None:
         from swapprune.artifacts import check_name, check_output_dir, written_by_swapprune
@@ -397,8 +481,9 @@ class CompareConfig:
         if out.is_dir() and any(out.iterdir()):
             # An earlier comparison is resumed (its cache is reused); anything else is refused.
             if not ((out / "cache").is_dir() or written_by_swapprune(out)):
-                raise SwappruneError(f"output directory {out} is not empty and holds no "
-                                     "comparison; choose another")
+                raise SwappruneError(
+                    f"output directory {out} is not empty and holds no comparison; choose another"
+                )
             if not os.access(out, os.W_OK | os.X_OK):
                 raise SwappruneError(f"output directory {out} is not writable")
         else:
@@ -440,7 +525,8 @@ class RunConfig:
                     raise SwappruneError(f"eval.at names '{p}' but that stage does not run")
         if not any((self.score, self.prune, self.heal, self.quantize, self.eval, self.export)):
             raise SwappruneError(
-                "the run does nothing: add a score, prune, heal, quantize, eval or export stage")
+                "the run does nothing: add a score, prune, heal, quantize, eval or export stage"
+            )
         return self
 
     def _inputs(self) -> tuple[str, ...]:
@@ -461,10 +547,12 @@ class RunConfig:
         ctx = facts.context_length
         if ctx is not None and self.calibration.tokens > ctx:
             raise SwappruneError(
-                f"tokens {self.calibration.tokens} exceeds the model's context length {ctx}")
+                f"tokens {self.calibration.tokens} exceeds the model's context length {ctx}"
+            )
         if ctx is not None and self.eval is not None and self.eval.max_length > ctx:
             raise SwappruneError(
-                f"eval max_length {self.eval.max_length} exceeds the model's context length {ctx}")
+                f"eval max_length {self.eval.max_length} exceeds the model's context length {ctx}"
+            )
 
     def points(self) -> list[str]:
         """Points of the run at which a model exists, in order."""
@@ -491,8 +579,9 @@ def stage_class(name: str) -> type:
 # -- YAML and overrides ---------------------------------------------------------------------
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None,
-                data: dict | None = None) -> RunConfig:
+def load_config(
+    path: str | Path | None, overrides: list[str] | None = None, data: dict | None = None
+) -> RunConfig:
     """Read a recipe YAML (or ``data``), apply ``key.sub=value`` overrides and validate it.
 
     Raises:
@@ -508,8 +597,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None,
         try:
             data = yaml.safe_load(p.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
-            raise SwappruneError(f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}") \
-                from None
+            raise SwappruneError(
+                f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}"
+            ) from None
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise SwappruneError(f"recipe {path} must be a mapping of stages, got {_kind(data)}")
@@ -558,8 +648,12 @@ def build(cls, data: Any, where: str):
     if not isinstance(data, dict):
         raise SwappruneError(f"{label} must be a mapping, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    aliases = {a: n for n, f in fields.items() for a in f.metadata.get("aliases", ())
-               if not a.startswith("-")}
+    aliases = {
+        a: n
+        for n, f in fields.items()
+        for a in f.metadata.get("aliases", ())
+        if not a.startswith("-")
+    }
     data = dict(data)
     for old, new in aliases.items():
         if old in data:
@@ -569,7 +663,8 @@ def build(cls, data: Any, where: str):
         if key not in fields:
             raise SwappruneError(
                 f"unknown key '{_join(where, str(key))}'{did_you_mean(str(key), fields)}; "
-                f"allowed in {label}: {', '.join(fields)}")
+                f"allowed in {label}: {', '.join(fields)}"
+            )
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, f in fields.items():
@@ -615,8 +710,9 @@ _TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", type(None): "null"}.get(type(value),
-                                                                      type(value).__name__)
+    return {dict: "a mapping", list: "a list", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _join(where: str, key: str) -> str:
@@ -630,8 +726,9 @@ def describe_schema() -> str:
         cls = stage_class(stage.name)
         lines.append(f"{stage.name}:  # {stage.metadata['help']}")
         for f in dataclasses.fields(cls):
-            default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
-                       else f.default)
+            default = (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            )
             required = default is dataclasses.MISSING or f.metadata.get("required")
             shown = "REQUIRED" if required else json.dumps(default)
             lines.append(f"  {f.name + ': ' + shown:<36} # {f.metadata.get('help', '')}")

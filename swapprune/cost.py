@@ -63,29 +63,50 @@ class Cost:
 
     def summary(self) -> str:
         """One line for the run summary."""
-        part = ("" if self.windows == self.contract_windows
-                else f" (first {self.windows} of {self.contract_windows} windows)")
-        return (f"cost: WikiText-2 perplexity {self.base_ppl:.4g} -> {self.pruned_ppl:.4g}, "
-                f"dPPL {self.dppl:+.1%} [{self.ci[0]:+.1%}, {self.ci[1]:+.1%}]{part}")
+        part = (
+            ""
+            if self.windows == self.contract_windows
+            else f" (first {self.windows} of {self.contract_windows} windows)"
+        )
+        return (
+            f"cost: WikiText-2 perplexity {self.base_ppl:.4g} -> {self.pruned_ppl:.4g}, "
+            f"dPPL {self.dppl:+.1%} [{self.ci[0]:+.1%}, {self.ci[1]:+.1%}]{part}"
+        )
 
     def to_dict(self) -> dict:
         """Record for ``provenance.json`` and the model card."""
         return {
-            "task": TASK, "metric": "perplexity", "base_ppl": self.base_ppl,
-            "pruned_ppl": self.pruned_ppl, "dppl": self.dppl, "ci": list(self.ci),
+            "task": TASK,
+            "metric": "perplexity",
+            "base_ppl": self.base_ppl,
+            "pruned_ppl": self.pruned_ppl,
+            "dppl": self.dppl,
+            "ci": list(self.ci),
             "ci_method": "95% paired percentile bootstrap over windows",
-            "verdict": self.verdict, "windows": self.windows,
-            "contract": {"words": self.words, "max_length": self.max_length,
-                         "stride": self.max_length // 2, "windows": self.contract_windows},
-            "threshold": self.threshold, "warning": self.warning, "seconds": self.seconds,
+            "verdict": self.verdict,
+            "windows": self.windows,
+            "contract": {
+                "words": self.words,
+                "max_length": self.max_length,
+                "stride": self.max_length // 2,
+                "windows": self.contract_windows,
+            },
+            "threshold": self.threshold,
+            "warning": self.warning,
+            "seconds": self.seconds,
         }
 
 
 def next_step(budget: int | None) -> str:
-    smaller = f"a smaller budget (--budget {budget // 2})" if budget and budget > 1 else \
-        "a smaller budget"
-    return (f"{smaller}, --protocol auto (verifies candidates on the pruned model), "
-            "or swapprune run with a healing stage")
+    smaller = (
+        f"a smaller budget (--budget {budget // 2})"
+        if budget and budget > 1
+        else "a smaller budget"
+    )
+    return (
+        f"{smaller}, --protocol auto (verifies candidates on the pruned model), "
+        "or swapprune run with a healing stage"
+    )
 
 
 def pruning_cost(
@@ -136,10 +157,18 @@ def pruning_cost(
         with _offline(True), quiet_lm_eval():
             from lm_eval.models.huggingface import HFLM
 
-            lm = HFLM(pretrained=m, tokenizer=tokenizer, max_length=max_length,
-                      batch_size=batch_size)
-            res = run_wikitext2_ppl(lm, tokenizer, words=words, max_length=max_length,
-                                    limit=windows, text=text, n_boot=n_boot)
+            lm = HFLM(
+                pretrained=m, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size
+            )
+            res = run_wikitext2_ppl(
+                lm,
+                tokenizer,
+                words=words,
+                max_length=max_length,
+                limit=windows,
+                text=text,
+                n_boot=n_boot,
+            )
         return EvalResult(tasks={TASK: res}, config={})
 
     base = ppl(model)
@@ -153,13 +182,23 @@ def pruning_cost(
     info = base.tasks[TASK].info
     total = len(sliding_windows(info["n_tokens"], max_length, max_length // 2))
     cost = Cost(
-        base_ppl=cmp.a, pruned_ppl=cmp.b, dppl=dppl, ci=(cmp.ratio.low - 1, cmp.ratio.high - 1),
-        verdict=verdict, windows=info["n_windows"], contract_windows=total, words=words,
-        max_length=max_length, threshold=threshold, seconds=time.perf_counter() - start,
+        base_ppl=cmp.a,
+        pruned_ppl=cmp.b,
+        dppl=dppl,
+        ci=(cmp.ratio.low - 1, cmp.ratio.high - 1),
+        verdict=verdict,
+        windows=info["n_windows"],
+        contract_windows=total,
+        words=words,
+        max_length=max_length,
+        threshold=threshold,
+        seconds=time.perf_counter() - start,
     )
     if dppl > threshold:
         budget = getattr(plan, "budget", None) if plan is not None else None
-        cost.warning = (f"warning: this cut raises perplexity by {dppl:+.0%} "
-                        f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-                        f"next: {next_step(budget)}")
+        cost.warning = (
+            f"warning: this cut raises perplexity by {dppl:+.0%} "
+            f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
+            f"next: {next_step(budget)}"
+        )
     return cost

@@ -164,8 +164,10 @@ class Interchange(_SwapCriterion):
     name = "interchange"
     protocols = ("interchange",)
     source = SWAP_PAPER
-    what = ("min over every scored partner j of d_inter(l, j) = KL(p_base || p_{l<->j}); "
-            "ties: smaller residual update ||g_l|| first")
+    what = (
+        "min over every scored partner j of d_inter(l, j) = KL(p_base || p_{l<->j}); "
+        "ties: smaller residual update ||g_l|| first"
+    )
 
 
 @_register
@@ -173,8 +175,10 @@ class Replacement(_SwapCriterion):
     name = "replacement"
     protocols = ("replacement",)
     source = SWAP_PAPER
-    what = ("min over every scored partner j of d_repl(l, j) = max(D(l<-j), D(j<-l)); "
-            "ties: smaller residual update ||g_l|| first")
+    what = (
+        "min over every scored partner j of d_repl(l, j) = max(D(l<-j), D(j<-l)); "
+        "ties: smaller residual update ||g_l|| first"
+    )
 
 
 @_register
@@ -218,8 +222,10 @@ class Sleb(_ModelCriterion):
     name = "sleb"
     default_strategy = "iterative"
     source = "Song et al., SLEB (ICML 2024)"
-    what = ("calibration perplexity of the model with block l removed; iterative: the "
-            "cheapest goes, the rest are re-measured, repeat")
+    what = (
+        "calibration perplexity of the model with block l removed; iterative: the "
+        "cheapest goes, the rest are re-measured, repeat"
+    )
 
     def rescore(self, ctx, removed):
         return self.oracle(ctx).deletion_costs(removed, "ppl")
@@ -230,7 +236,9 @@ class SlebOneShot(Sleb):
     name = "sleb-oneshot"
     default_strategy = "ranked"
     source = "Song et al., SLEB (ICML 2024), one-shot variant"
-    what = "calibration perplexity with block l removed, measured once; the n lowest, no re-measuring"
+    what = (
+        "calibration perplexity with block l removed, measured once; the n lowest, no re-measuring"
+    )
 
 
 @_register
@@ -238,8 +246,10 @@ class SlebKL(_ModelCriterion):
     name = "sleb-kl"
     default_strategy = "iterative"
     source = SWAP_PAPER + ", calibration-free SLEB"
-    what = ("mean all-position KL(p_base || p_pruned) with block l removed (no labels); "
-            "iterative like SLEB")
+    what = (
+        "mean all-position KL(p_base || p_pruned) with block l removed (no labels); "
+        "iterative like SLEB"
+    )
 
     def rescore(self, ctx, removed):
         return self.oracle(ctx).deletion_costs(removed, "kl")
@@ -270,8 +280,10 @@ class Angular(_ModelCriterion):
     default_strategy = "contiguous"
     provides = frozenset({"rescore", "span_scores"})
     source = "Gromov et al., The Unreasonable Ineffectiveness of the Deeper Layers (2024)"
-    what = ("arccos(cos(h_l, h_{l+n}))/pi at the last token, averaged over windows; "
-            "removes the n-block span l..l+n-1 that minimises it")
+    what = (
+        "arccos(cos(h_l, h_{l+n}))/pi at the last token, averaged over windows; "
+        "removes the n-block span l..l+n-1 that minimises it"
+    )
     positions = "last"
 
     def rescore(self, ctx, removed):
@@ -297,8 +309,10 @@ class Taylor(_ModelCriterion):
     default_strategy = "ranked"
     provides = frozenset()
     source = "Kim et al., Shortened LLaMA (2024), Taylor+"
-    what = ("sum over block l's parameters of |dLoss/dtheta * theta|, Loss = mean next-token "
-            "cross-entropy on the calibration windows; the n lowest")
+    what = (
+        "sum over block l's parameters of |dLoss/dtheta * theta|, Loss = mean next-token "
+        "cross-entropy on the calibration windows; the n lowest"
+    )
 
     def importance(self, ctx):
         return self.oracle(ctx).taylor()

@@ -30,18 +30,25 @@ def trie_blocks(plans: Iterable[Sequence[int]], num_layers: int) -> int:
     return len(nodes)
 
 
-def block_evaluations(num_layers: int, pairs: Sequence[tuple[int, int]], probes: Sequence[str],
-                      windows: int, batch_size: int) -> int:
+def block_evaluations(
+    num_layers: int,
+    pairs: Sequence[tuple[int, int]],
+    probes: Sequence[str],
+    windows: int,
+    batch_size: int,
+) -> int:
     """Decoder-block calls of a scoring run (per batch: the base pass, then every unit)."""
     pair_protocols = tuple(p for p in probes if p in ("replacement", "interchange"))
     per_batch = num_layers
     if pair_protocols:
         for i, j in pairs:
-            per_batch += trie_blocks(pair_probe_plans(num_layers, i, j, pair_protocols).values(),
-                                     num_layers)
+            per_batch += trie_blocks(
+                pair_probe_plans(num_layers, i, j, pair_protocols).values(), num_layers
+            )
     if "deletion" in probes:
-        per_batch += sum(trie_blocks([deletion_plan(num_layers, i)], num_layers)
-                         for i in range(num_layers))
+        per_batch += sum(
+            trie_blocks([deletion_plan(num_layers, i)], num_layers) for i in range(num_layers)
+        )
     return per_batch * math.ceil(windows / batch_size)
 
 
@@ -55,8 +62,10 @@ class Estimate:
         return self.block_evals * self.block_seconds
 
     def describe(self) -> str:
-        return (f"about {self.block_evals} block evaluations, ~{_duration(self.seconds)} at "
-                f"{1000 * self.block_seconds:.0f} ms per block on this machine")
+        return (
+            f"about {self.block_evals} block evaluations, ~{_duration(self.seconds)} at "
+            f"{1000 * self.block_seconds:.0f} ms per block on this machine"
+        )
 
 
 def _duration(seconds: float) -> str:

@@ -29,10 +29,23 @@ from swapprune.errors import SwappruneError
 
 # Config keys that describe how a model was loaded, not which model it is.
 _VOLATILE = {
-    "_name_or_path", "name_or_path", "transformers_version", "dtype", "torch_dtype",
-    "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
-    "quantization_config", "use_cache", "output_attentions", "output_hidden_states",
-    "return_dict", "_commit_hash", "auto_map", "tf_legacy_loss", "torchscript",
+    "_name_or_path",
+    "name_or_path",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "_attn_implementation",
+    "attn_implementation",
+    "_attn_implementation_autoset",
+    "quantization_config",
+    "use_cache",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "_commit_hash",
+    "auto_map",
+    "tf_legacy_loss",
+    "torchscript",
     "architectures",  # None until a model is saved; model_type and the weights say enough
 }
 _EMBED_ROWS = 8
@@ -107,8 +120,12 @@ def fingerprint_difference(expected: dict | None, actual: dict | None) -> str | 
         return None
     for key in ("num_layers", "config", "dtype", "weights"):
         if key in expected and key in actual and expected[key] != actual[key]:
-            what = {"num_layers": "block count", "config": "config", "dtype": "dtype",
-                    "weights": "weights"}[key]
+            what = {
+                "num_layers": "block count",
+                "config": "config",
+                "dtype": "dtype",
+                "weights": "weights",
+            }[key]
             return f"{what} {expected[key]} vs {actual[key]}"
     return None
 

@@ -59,10 +59,18 @@ def heal_windows(tokenizer, config: HealConfig, max_positions: int | None = None
     from swapprune.calibration import load_calibration
 
     config.check()
-    cal = load_calibration(tokenizer, config.calib, config.prompts + config.heldout,
-                           config.tokens, config.seed, max_positions)
+    cal = load_calibration(
+        tokenizer,
+        config.calib,
+        config.prompts + config.heldout,
+        config.tokens,
+        config.seed,
+        max_positions,
+    )
     # The pick is in text order; a seeded shuffle keeps held-out windows spread over the text.
-    order = torch.randperm(cal.input_ids.shape[0], generator=torch.Generator().manual_seed(config.seed))
+    order = torch.randperm(
+        cal.input_ids.shape[0], generator=torch.Generator().manual_seed(config.seed)
+    )
     ids = cal.input_ids[order]
     return HealWindows(ids[: config.prompts], ids[config.prompts :], cal.describe())
 
@@ -79,7 +87,9 @@ def default_targets(model) -> list[str]:
             if leaf not in names:
                 names.append(leaf)
     if not names:
-        raise SwappruneError("no linear projections found in the decoder blocks; set heal.target_modules")
+        raise SwappruneError(
+            "no linear projections found in the decoder blocks; set heal.target_modules"
+        )
     return names
 
 
@@ -114,8 +124,11 @@ def mean_nll(model, ids: torch.Tensor, batch_size: int = 8) -> float:
     for s in range(0, ids.shape[0], batch_size):
         batch = ids[s : s + batch_size].to(device)
         logits = model(input_ids=batch, use_cache=False).logits[:, :-1].float()
-        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                       batch[:, 1:].reshape(-1), reduction="sum"))
+        total += float(
+            F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1), reduction="sum"
+            )
+        )
         count += batch[:, 1:].numel()
     model.train(was_training)
     return total / count
@@ -139,8 +152,16 @@ def _loss(student_logits, ids, teacher, distill: float) -> torch.Tensor:
     return (1 - distill) * ce + distill * kl
 
 
-def heal(model, tokenizer=None, config: HealConfig | None = None, *, plan=None, teacher=None,
-         windows: HealWindows | None = None, progress=None):
+def heal(
+    model,
+    tokenizer=None,
+    config: HealConfig | None = None,
+    *,
+    plan=None,
+    teacher=None,
+    windows: HealWindows | None = None,
+    progress=None,
+):
     """Train LoRA adapters on calibration text and merge them; returns ``(model, HealReport)``.
 
     Args:
@@ -173,7 +194,9 @@ def heal(model, tokenizer=None, config: HealConfig | None = None, *, plan=None, 
     targets = list(config.target_modules or default_targets(model))
     _check_targets(model, targets)
     if windows is None:
-        windows = heal_windows(tokenizer, config, getattr(model.config, "max_position_embeddings", None))
+        windows = heal_windows(
+            tokenizer, config, getattr(model.config, "max_position_embeddings", None)
+        )
     probe = windows.train[:8]
     start = time.perf_counter()
     loss_before = mean_nll(model, probe, config.batch_size)
@@ -181,11 +204,15 @@ def heal(model, tokenizer=None, config: HealConfig | None = None, *, plan=None, 
 
     torch.manual_seed(config.seed)  # LoRA A init
     lora = LoraConfig(
-        r=config.rank, lora_alpha=config.alpha,  # type: ignore[arg-type]  # peft takes floats
-        lora_dropout=config.dropout, bias="none",
-        target_modules=targets, layers_to_transform=layers,
+        r=config.rank,
+        lora_alpha=config.alpha,  # type: ignore[arg-type]  # peft takes floats
+        lora_dropout=config.dropout,
+        bias="none",
+        target_modules=targets,
+        layers_to_transform=layers,
         # Restricts matches to the numbered blocks (never the LM head).
-        layers_pattern=stack.spec.blocks.rsplit(".", 1)[-1], task_type="CAUSAL_LM",
+        layers_pattern=stack.spec.blocks.rsplit(".", 1)[-1],
+        task_type="CAUSAL_LM",
     )
     grad_flags = {n: p.requires_grad for n, p in model.named_parameters()}
     if config.gradient_checkpointing:
@@ -208,13 +235,19 @@ def heal(model, tokenizer=None, config: HealConfig | None = None, *, plan=None, 
 
     tenth = max(1, config.steps // 10)
     report = HealReport(
-        steps=config.steps, wall_s=0.0, trainable_params=trainable, target_modules=targets,
-        layers=layers, calib_loss_before=loss_before,
+        steps=config.steps,
+        wall_s=0.0,
+        trainable_params=trainable,
+        target_modules=targets,
+        layers=layers,
+        calib_loss_before=loss_before,
         calib_loss_after=mean_nll(model, probe, config.batch_size),
         heldout_ppl_before=ppl_before,
         heldout_ppl_after=heldout_perplexity(model, windows, config.batch_size),
-        train_loss_first=sum(losses[:tenth]) / tenth, train_loss_last=sum(losses[-tenth:]) / tenth,
-        distill=config.distill, windows=windows.source,
+        train_loss_first=sum(losses[:tenth]) / tenth,
+        train_loss_last=sum(losses[-tenth:]) / tenth,
+        distill=config.distill,
+        windows=windows.source,
     )
     report.wall_s = round(time.perf_counter() - start, 3)
     return model, report
@@ -226,7 +259,8 @@ def _train(model, train: torch.Tensor, config: HealConfig, teacher, progress) ->
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     warm = max(1, config.steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / config.steps))
+        opt, lambda s: min(1.0, (s + 1) / warm) * max(0.0, 1 - s / config.steps)
+    )
     gen = torch.Generator().manual_seed(config.seed)
     device = model.get_input_embeddings().weight.device
     order, pos, losses = torch.randperm(train.shape[0], generator=gen), 0, []

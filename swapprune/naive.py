@@ -26,9 +26,7 @@ def plan_logits(model: nn.Module, plan: Sequence[int], input_ids: torch.Tensor) 
         return model(input_ids=input_ids, use_cache=False).logits.float()
 
 
-def kl_per_window(
-    base_logits: torch.Tensor, logits: torch.Tensor, positions: str
-) -> torch.Tensor:
+def kl_per_window(base_logits: torch.Tensor, logits: torch.Tensor, positions: str) -> torch.Tensor:
     """``KL(p_base || p_mod)`` per window, in nats: last position or mean over positions.
 
     Args:

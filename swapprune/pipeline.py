@@ -113,22 +113,37 @@ def load(config: RunConfig, progress: bool = True) -> Loaded:
     from swapprune.loading import load_model
 
     m = config.model
-    model, tok, source = load_model(m.name, dtype=m.dtype, device=m.device,
-                                    device_map=m.device_map,
-                                    trust_remote_code=m.trust_remote_code, progress=progress)
+    model, tok, source = load_model(
+        m.name,
+        dtype=m.dtype,
+        device=m.device,
+        device_map=m.device_map,
+        trust_remote_code=m.trust_remote_code,
+        progress=progress,
+    )
     facts = ModelFacts.from_config(model.config)
     stack_layers = decoder_stack(model).num_layers
     if stack_layers != facts.num_layers:  # a config whose count key disagrees with the modules
-        facts = ModelFacts(facts.model_type, stack_layers, facts.context_length,
-                           facts.hidden_size, facts.layer_types)
+        facts = ModelFacts(
+            facts.model_type,
+            stack_layers,
+            facts.context_length,
+            facts.hidden_size,
+            facts.layer_types,
+        )
     return Loaded(model, tok, source, facts)
 
 
 def adaptive(config: RunConfig) -> bool:
     """Whether this run's selection scores adaptively (a pool of windows, used in tranches)."""
     p = config.prune
-    return bool(p and p.plan is None and not p.scores and config.score is None
-                and config.calibration.adaptive_for(p.protocol))
+    return bool(
+        p
+        and p.plan is None
+        and not p.scores
+        and config.score is None
+        and config.calibration.adaptive_for(p.protocol)
+    )
 
 
 def calibrate(config: RunConfig, loaded: Loaded):
@@ -137,8 +152,9 @@ def calibrate(config: RunConfig, loaded: Loaded):
 
     c = config.calibration
     prompts = c.max_prompts if adaptive(config) else c.prompts
-    return load_calibration(loaded.tokenizer, c.calib, prompts, c.tokens, c.seed,
-                            loaded.facts.context_length)
+    return load_calibration(
+        loaded.tokenizer, c.calib, prompts, c.tokens, c.seed, loaded.facts.context_length
+    )
 
 
 def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):
@@ -150,10 +166,21 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
 
     s, c = config.score, config.calibration
     assert s is not None
-    return score_sharded(loaded.model, loaded.tokenizer, s.output, calibration=calibration,
-                         protocols=s.probes, pairs=s.pairs, positions=c.positions,
-                         batch_size=c.batch_size, cache_gb=s.cache_gb, n_boot=s.bootstrap,
-                         seed=c.seed, model_id=loaded.source.id, progress=progress)
+    return score_sharded(
+        loaded.model,
+        loaded.tokenizer,
+        s.output,
+        calibration=calibration,
+        protocols=s.probes,
+        pairs=s.pairs,
+        positions=c.positions,
+        batch_size=c.batch_size,
+        cache_gb=s.cache_gb,
+        n_boot=s.bootstrap,
+        seed=c.seed,
+        model_id=loaded.source.id,
+        progress=progress,
+    )
 
 
 def estimate(config: RunConfig, loaded: Loaded, calibration):
@@ -164,8 +191,9 @@ def estimate(config: RunConfig, loaded: Loaded, calibration):
     s = config.score
     assert s is not None
     pairs = parse_pairs(s.pairs, loaded.facts.num_layers) if s.pairs else []
-    return estimate_scoring(loaded.model, calibration.input_ids, pairs, s.probes,
-                            config.calibration.batch_size)
+    return estimate_scoring(
+        loaded.model, calibration.input_ids, pairs, s.probes, config.calibration.batch_size
+    )
 
 
 def reuse_scores(path: str, loaded: Loaded):
@@ -174,11 +202,15 @@ def reuse_scores(path: str, loaded: Loaded):
 
     scores = ScoreResult.load(path)
     if scores.meta.get("incomplete"):
-        raise SwappruneError(f"scores file {path} is from a run that did not finish; rerun "
-                             f"'swapprune score --output {path}' with its settings to complete it")
+        raise SwappruneError(
+            f"scores file {path} is from a run that did not finish; rerun "
+            f"'swapprune score --output {path}' with its settings to complete it"
+        )
     if scores.num_layers != loaded.facts.num_layers:
-        raise SwappruneError(f"scores file {path} is for a {scores.num_layers}-block model; "
-                             f"this model has {loaded.facts.num_layers}")
+        raise SwappruneError(
+            f"scores file {path} is for a {scores.num_layers}-block model; "
+            f"this model has {loaded.facts.num_layers}"
+        )
     _same_model(scores.meta.get("fingerprint"), loaded, f"scores file {path}")
     return scores
 
@@ -222,32 +254,50 @@ def _select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bo
     if p.plan is not None:
         plan = PrunePlan.from_json(p.plan)
         if plan.num_layers != L:
-            raise SwappruneError(f"plan {p.plan} is for a {plan.num_layers}-block model; "
-                                 f"{config.model.name} has {L}")
+            raise SwappruneError(
+                f"plan {p.plan} is for a {plan.num_layers}-block model; {config.model.name} has {L}"
+            )
         _same_model(getattr(plan, "fingerprint", None), loaded, f"plan {p.plan}")
         return plan, scores
     c = config.calibration
     request = p.request(c.seed)
-    kwargs = dict(calibration=calibration, positions=c.positions, batch_size=c.batch_size,
-                  model_id=loaded.source.id, progress=progress)
+    kwargs = dict(
+        calibration=calibration,
+        positions=c.positions,
+        batch_size=c.batch_size,
+        model_id=loaded.source.id,
+        progress=progress,
+    )
     if adaptive(config):
         if p.protocol == "auto":
             from swapprune.auto import plan_auto
 
-            return plan_auto(loaded.model, loaded.tokenizer, request, tokens=c.tokens,
-                             adaptive=c.adaptive_settings(), **kwargs)
+            return plan_auto(
+                loaded.model,
+                loaded.tokenizer,
+                request,
+                tokens=c.tokens,
+                adaptive=c.adaptive_settings(),
+                **kwargs,
+            )
         from swapprune.adaptive import adaptive_score
         from swapprune.selection import Constraints
 
-        res = adaptive_score(loaded.model, loaded.tokenizer, criteria=(p.protocol,),
-                             strategy=p.strategy, budget=request.budget,
-                             constraints=Constraints(loaded.facts.num_layers, p.protect_first,
-                                                     p.protect_last),
-                             settings=c.adaptive_settings(), tokens=c.tokens,
-                             **{k: v for k, v in kwargs.items() if k != "progress"})
+        res = adaptive_score(
+            loaded.model,
+            loaded.tokenizer,
+            criteria=(p.protocol,),
+            strategy=p.strategy,
+            budget=request.budget,
+            constraints=Constraints(loaded.facts.num_layers, p.protect_first, p.protect_last),
+            settings=c.adaptive_settings(),
+            tokens=c.tokens,
+            **{k: v for k, v in kwargs.items() if k != "progress"},
+        )
         scores = res.scores
-        plan, scores = plan_pruning(loaded.model, loaded.tokenizer, request, scores=scores,
-                                    **kwargs)
+        plan, scores = plan_pruning(
+            loaded.model, loaded.tokenizer, request, scores=scores, **kwargs
+        )
         plan.scores["adaptive"] = res.to_dict()
         return plan, scores
     return plan_pruning(loaded.model, loaded.tokenizer, request, scores=scores, **kwargs)
@@ -265,8 +315,9 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     p = config.prune
     assert p is not None
     cons = Constraints(loaded.facts.num_layers, p.protect_first, p.protect_last)
-    stab = plan_stability(plan, scores, cons, seed=config.calibration.seed,
-                          threshold=p.stability_threshold)
+    stab = plan_stability(
+        plan, scores, cons, seed=config.calibration.seed, threshold=p.stability_threshold
+    )
     if stab is None:
         return None
     plan.scores["stability"] = stab.to_dict()
@@ -288,13 +339,15 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan):
     assert c is not None
     windows = c.windows or None
     if plan.op == "remove":
-        return pruning_cost(loaded.model, loaded.tokenizer, plan, windows=windows,
-                            threshold=c.threshold)
+        return pruning_cost(
+            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold
+        )
     from swapprune.surgery import apply_plan
 
     merged = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None)
-    return pruning_cost(loaded.model, loaded.tokenizer, pruned=merged, windows=windows,
-                        threshold=c.threshold)
+    return pruning_cost(
+        loaded.model, loaded.tokenizer, pruned=merged, windows=windows, threshold=c.threshold
+    )
 
 
 def evaluate(config: RunConfig, model, tokenizer):
@@ -303,15 +356,28 @@ def evaluate(config: RunConfig, model, tokenizer):
 
     e = config.eval
     assert e is not None
-    return run_tasks(model, tokenizer, e.tasks, limit=e.limit, words=e.words,
-                     max_length=e.max_length, batch_size=e.batch_size, n_boot=e.bootstrap)
+    return run_tasks(
+        model,
+        tokenizer,
+        e.tasks,
+        limit=e.limit,
+        words=e.words,
+        max_length=e.max_length,
+        batch_size=e.batch_size,
+        n_boot=e.bootstrap,
+    )
 
 
 # -- the run --------------------------------------------------------------------------------
 
 
-def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
-        command: list[str] | None = None) -> RunResult:
+def run(
+    config: RunConfig,
+    *,
+    say: Say | None = None,
+    progress: bool = True,
+    command: list[str] | None = None,
+) -> RunResult:
     """Run ``config``: every stage it names, in order.
 
     Args:
@@ -370,9 +436,17 @@ def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
     if cfg.heal:
         from swapprune.healing import heal
 
-        model, report = book.stage("heal", heal, model, tok, cfg.heal, plan=plan,
-                                   teacher=teacher, windows=windows,
-                                   progress=lambda s: book.say(f"  {s}"))
+        model, report = book.stage(
+            "heal",
+            heal,
+            model,
+            tok,
+            cfg.heal,
+            plan=plan,
+            teacher=teacher,
+            windows=windows,
+            progress=lambda s: book.say(f"  {s}"),
+        )
         del teacher
         res.model = model
         book.metrics["heal"] = report.to_dict()
@@ -387,17 +461,28 @@ def run(config: RunConfig, *, say: Say | None = None, progress: bool = True,
             from swapprune.artifacts import staging_dir
 
             directory = stack.enter_context(staging_dir(cfg.export.output))
-            book.stage("save", book.save_model, directory, model, tok, plan, loaded.source,
-                       calibration, scores)
+            book.stage(
+                "save",
+                book.save_model,
+                directory,
+                model,
+                tok,
+                plan,
+                loaded.source,
+                calibration,
+                scores,
+            )
         if cfg.quantize:
             from swapprune.quantization import quantize_model
 
-            book.metrics["quantize"] = book.stage("quantize", quantize_model, model,
-                                                  cfg.quantize).to_dict()
+            book.metrics["quantize"] = book.stage(
+                "quantize", quantize_model, model, cfg.quantize
+            ).to_dict()
             book.measure("quantized", model, tok, windows)
             if directory is not None:
-                book.stage("save quantized", book.save_quantized, directory, model, tok, plan,
-                           calibration)
+                book.stage(
+                    "save quantized", book.save_quantized, directory, model, tok, plan, calibration
+                )
         book.metrics["total_s"] = round(time.perf_counter() - book.start, 2)
         if directory is not None:
             book.finish(directory, plan, scores)
@@ -438,8 +523,12 @@ def recovery(costs: dict) -> dict:
         if None in (base, pruned, healed):
             continue
         gap = pruned - base
-        out[metric] = {"base": base, "pruned": pruned, "healed": healed,
-                       "fraction": (pruned - healed) / gap if gap > 0 else None}
+        out[metric] = {
+            "base": base,
+            "pruned": pruned,
+            "healed": healed,
+            "fraction": (pruned - healed) / gap if gap > 0 else None,
+        }
     # Evaluation's WikiText-2 test perplexity is held out from all calibration text.
     out["primary"] = next((m for m in ("wikitext2_ppl", "heldout_ppl") if m in out), None)
     return out
@@ -472,8 +561,9 @@ class _Book:
         elif windows is not None and cfg.heal is not None:
             from swapprune.healing import heldout_perplexity
 
-            costs["heldout_ppl"] = self.stage(f"held-out ppl {point}", heldout_perplexity,
-                                              model, windows, cfg.heal.batch_size)
+            costs["heldout_ppl"] = self.stage(
+                f"held-out ppl {point}", heldout_perplexity, model, windows, cfg.heal.batch_size
+            )
         e = cfg.eval
         if e is None or (e.at is not None and point not in e.at):
             return
@@ -481,16 +571,20 @@ class _Book:
         self.results[point] = res
         self.metrics["eval"][point] = {
             t: {m: {"value": v.value, "low": v.low, "high": v.high} for m, v in tr.metrics.items()}
-            for t, tr in res.tasks.items()}
+            for t, tr in res.tasks.items()
+        }
         ppl = res.tasks.get("swapprune_wikitext2_ppl")
         if ppl is not None:
             costs["wikitext2_ppl"] = ppl.metrics["perplexity"].value
 
     def provenance(self, calibration) -> dict:
-        return {"command": self.command, "config": self.config.to_dict(),
-                "calibration": self.metrics.get("calibration"),
-                "scores_reused_from": self.metrics.get("scores_reused_from"),
-                "heal": self.metrics.get("heal")}
+        return {
+            "command": self.command,
+            "config": self.config.to_dict(),
+            "calibration": self.metrics.get("calibration"),
+            "scores_reused_from": self.metrics.get("scores_reused_from"),
+            "heal": self.metrics.get("heal"),
+        }
 
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores):
         from swapprune.checkpoint import write_checkpoint
@@ -502,9 +596,18 @@ class _Book:
         dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
         record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}
         self.metrics["selfcheck"] = write_checkpoint(
-            model, tok, plan, directory, save_dtype=dtype, provenance=self.provenance(calibration),
-            base_model_id=source.id, selfcheck=x.selfcheck, check_ids=ids,
-            card_extra=card_lines(self.metrics, plan), record=record)
+            model,
+            tok,
+            plan,
+            directory,
+            save_dtype=dtype,
+            provenance=self.provenance(calibration),
+            base_model_id=source.id,
+            selfcheck=x.selfcheck,
+            check_ids=ids,
+            card_extra=card_lines(self.metrics, plan),
+            record=record,
+        )
         return self.metrics["selfcheck"]
 
     def save_quantized(self, directory: Path, model, tok, plan, calibration):
@@ -512,11 +615,17 @@ class _Book:
 
         assert self.config.quantize is not None
         ids = calibration.input_ids[:2] if calibration is not None else None
-        prov = {"command": self.command, "config": self.config.to_dict(),
-                "plan": plan.describe()}
+        prov = {"command": self.command, "config": self.config.to_dict(), "plan": plan.describe()}
         self.metrics["quantize"]["selfcheck"] = save_quantized(
-            model, tok, directory / "quantized", config=self.config.quantize, provenance=prov,
-            check_ids=ids, describe=plan.describe(), final_path="quantized")
+            model,
+            tok,
+            directory / "quantized",
+            config=self.config.quantize,
+            provenance=prov,
+            check_ids=ids,
+            describe=plan.describe(),
+            final_path="quantized",
+        )
 
     def finish(self, directory: Path, plan, scores) -> None:
         from swapprune.artifacts import versions, write_json_atomic, write_text_atomic
@@ -536,19 +645,33 @@ def card_lines(metrics: dict, plan) -> list[str]:
     lines: list[str] = []
     cost = metrics.get("cost")
     if cost:
-        lines += ["## What the cut cost", "", f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
-                  "over windows of the matched contract).",
-                  *([f"- **Warning**: {cost['warning']}"] if cost.get("warning") else []), ""]
+        lines += [
+            "## What the cut cost",
+            "",
+            f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
+            "over windows of the matched contract).",
+            *([f"- **Warning**: {cost['warning']}"] if cost.get("warning") else []),
+            "",
+        ]
     stab = metrics.get("stability")
     if stab:
-        lines += ["## Stability of the selection", "", f"- {stab['summary'].removeprefix('stability: ')}.",
-                  *([f"- **{stab['warning']}**"] if stab.get("warning") else []), ""]
+        lines += [
+            "## Stability of the selection",
+            "",
+            f"- {stab['summary'].removeprefix('stability: ')}.",
+            *([f"- **{stab['warning']}**"] if stab.get("warning") else []),
+            "",
+        ]
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
         from swapprune.auto import decision_lines
 
-        lines += ["## Regime and action (--protocol auto)", "",
-                  *[f"- {line}" for line in decision_lines(auto)], ""]
+        lines += [
+            "## Regime and action (--protocol auto)",
+            "",
+            *[f"- {line}" for line in decision_lines(auto)],
+            "",
+        ]
     return lines
 
 

@@ -259,8 +259,10 @@ class PrunePlan:
             f"# so [0, 3] takes layers 0, 1, 2. Removed: {self.removed}.",
         ]
         if model_id.endswith(".gguf"):
-            lines.append("# mergekit reads Hugging Face checkpoints, not GGUF: convert the file "
-                         "first and point `model` at the result.")
+            lines.append(
+                "# mergekit reads Hugging Face checkpoints, not GGUF: convert the file "
+                "first and point `model` at the result."
+            )
         if self.merged:
             lines += [
                 f"# WARNING: blocks were merged ({self.merge}): "

@@ -108,9 +108,20 @@ def plan_pruning(
     if request.protocol == "auto":  # measure both protocols, call the regime, act on it
         from swapprune.auto import plan_auto
 
-        return plan_auto(model, tokenizer, request, scores=scores, calibration=calibration,
-                         calib=calib, prompts=prompts, tokens=tokens, positions=positions,
-                         batch_size=batch_size, model_id=model_id, progress=progress)
+        return plan_auto(
+            model,
+            tokenizer,
+            request,
+            scores=scores,
+            calibration=calibration,
+            calib=calib,
+            prompts=prompts,
+            tokens=tokens,
+            positions=positions,
+            batch_size=batch_size,
+            model_id=model_id,
+            progress=progress,
+        )
     L = decoder_stack(model).num_layers
     crit, strategy, cons = request.validate(L)
     needs_scores = bool(crit.protocols) and not (
@@ -128,9 +139,17 @@ def plan_pruning(
         from swapprune.engine.scoring import score
 
         pairs = "adjacent" if set(crit.protocols) & {"replacement", "interchange"} else []
-        scores = score(model, calibration=calibration, protocols=crit.protocols, pairs=pairs,
-                       positions=positions, batch_size=batch_size, model_id=model_id,
-                       progress=progress, seed=request.seed)
+        scores = score(
+            model,
+            calibration=calibration,
+            protocols=crit.protocols,
+            pairs=pairs,
+            positions=positions,
+            batch_size=batch_size,
+            model_id=model_id,
+            progress=progress,
+            seed=request.seed,
+        )
     oracle = None
     if needs_oracle:
         from swapprune.engine.oracle import CalibrationOracle
@@ -139,18 +158,35 @@ def plan_pruning(
         oracle = CalibrationOracle(model, calibration.input_ids, batch_size, request.oracle_metric)
     ctx = criteria_mod.Context(num_layers=L, scores=scores, oracle=oracle, seed=request.seed)
     importance = crit.importance(ctx)
-    tiebreak = _tiebreak(crit, importance, cons, model, oracle, calibration, tokenizer, request,
-                         calib, prompts, tokens, batch_size)
+    tiebreak = _tiebreak(
+        crit,
+        importance,
+        cons,
+        model,
+        oracle,
+        calibration,
+        tokenizer,
+        request,
+        calib,
+        prompts,
+        tokens,
+        batch_size,
+    )
     inputs = selection_inputs(crit, strategy, ctx, importance, request.budget, cons, tiebreak)
     sel = strategy.choose(inputs)
     chosen = sel.removed
     meta = dict(
-        budget=request.budget, protocol=crit.name, strategy=request.strategy or crit.default_strategy,
-        model=model_id or "", scores={"importance": [_num(x) for x in importance]},
+        budget=request.budget,
+        protocol=crit.name,
+        strategy=request.strategy or crit.default_strategy,
+        model=model_id or "",
+        scores={"importance": [_num(x) for x in importance]},
     )
     if tiebreak is not None:
-        meta["scores"]["tiebreak"] = {"rule": "smaller mean residual update ||h_out - h_in|| first",
-                                      "values": [_num(x) for x in tiebreak]}
+        meta["scores"]["tiebreak"] = {
+            "rule": "smaller mean residual update ||h_out - h_in|| first",
+            "values": [_num(x) for x in tiebreak],
+        }
     if sel.order is not None and strategy.name == "iterative":
         meta["scores"]["order"] = sel.order
     if sel.notes:
@@ -167,25 +203,36 @@ def plan_pruning(
         for b in chosen:
             partner = crit.partner(ctx, b)
             if partner in chosen:
-                raise SwappruneError(f"blocks {b} and {partner} are both selected; cannot merge into each other")
+                raise SwappruneError(
+                    f"blocks {b} and {partner} are both selected; cannot merge into each other"
+                )
             merges.setdefault(partner, [partner]).append(b)
         plan = PrunePlan.from_merges(L, merges, merge=request.merge, **meta)
     return plan, scores
 
 
-def selection_inputs(crit, strategy: Strategy, ctx, importance, budget: int, cons: Constraints,
-                     tiebreak=None) -> SelectionInputs:
+def selection_inputs(
+    crit, strategy: Strategy, ctx, importance, budget: int, cons: Constraints, tiebreak=None
+) -> SelectionInputs:
     """The one place that turns a strategy's declared ``needs``/``wants`` into its inputs."""
     want = strategy.needs | strategy.wants
     oracle = ctx.oracle
     return SelectionInputs(
-        importance=importance, budget=budget, constraints=cons, tiebreak=tiebreak,
+        importance=importance,
+        budget=budget,
+        constraints=cons,
+        tiebreak=tiebreak,
         oracle=oracle.cost if "oracle" in want and oracle is not None else None,
-        rescore=((lambda removed: crit.rescore(ctx, removed))
-                 if "rescore" in want and "rescore" in crit.provides else None),
-        span_scores=((lambda n: crit.span_scores(ctx, n))
-                     if "span_scores" in want and "span_scores" in crit.provides
-                     and oracle is not None else None),
+        rescore=(
+            (lambda removed: crit.rescore(ctx, removed))
+            if "rescore" in want and "rescore" in crit.provides
+            else None
+        ),
+        span_scores=(
+            (lambda n: crit.span_scores(ctx, n))
+            if "span_scores" in want and "span_scores" in crit.provides and oracle is not None
+            else None
+        ),
         pair_table=crit.pair_table(ctx) if "pair_table" in want else None,
     )
 
@@ -196,8 +243,20 @@ def has_ties(importance, cons: Constraints) -> bool:
     return len(set(vals)) < len(vals)
 
 
-def _tiebreak(crit, importance, cons, model, oracle, calibration, tokenizer, request,
-              calib, prompts, tokens, batch_size):
+def _tiebreak(
+    crit,
+    importance,
+    cons,
+    model,
+    oracle,
+    calibration,
+    tokenizer,
+    request,
+    calib,
+    prompts,
+    tokens,
+    batch_size,
+):
     """The weaker-contributor key (``||g_l||``), measured only when there is a tie to break."""
     if crit.tiebreak != "residual" or not has_ties(importance, cons):
         return None
@@ -230,8 +289,11 @@ def prune(model, tokenizer=None, budget: int = 1, protocol: str = "interchange",
     from swapprune.surgery import apply_plan
 
     req_fields = set(PruneRequest.__dataclass_fields__)
-    request = PruneRequest(budget=budget, protocol=protocol,
-                           **{k: kwargs.pop(k) for k in list(kwargs) if k in req_fields})
+    request = PruneRequest(
+        budget=budget,
+        protocol=protocol,
+        **{k: kwargs.pop(k) for k in list(kwargs) if k in req_fields},
+    )
     plan, _ = plan_pruning(model, tokenizer, request, **kwargs)
     apply_plan(model, plan)
     return model, plan

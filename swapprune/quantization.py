@@ -56,7 +56,6 @@ or `swapprune.quantization.load_quantized("{path}")`. Plain
 """
 
 
-
 @dataclass
 class QuantizeReport:
     scheme: str
@@ -95,14 +94,25 @@ def load_quantized(path: str | Path, device: str | None = None):
     if device:
         model.to(device)
     tok_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-    tok = AutoTokenizer.from_pretrained(str(path)) if any(
-        (Path(path) / f).exists() for f in tok_files) else None
+    tok = (
+        AutoTokenizer.from_pretrained(str(path))
+        if any((Path(path) / f).exists() for f in tok_files)
+        else None
+    )
     return model.eval(), tok
 
 
-def save_quantized(model, tokenizer, out_dir: str | Path, *, config: QuantizeConfig,
-                   provenance: dict, check_ids: torch.Tensor | None = None,
-                   describe: str = "", final_path: str | None = None) -> dict:
+def save_quantized(
+    model,
+    tokenizer,
+    out_dir: str | Path,
+    *,
+    config: QuantizeConfig,
+    provenance: dict,
+    check_ids: torch.Tensor | None = None,
+    describe: str = "",
+    final_path: str | None = None,
+) -> dict:
     """Save the quantized ``model`` (quanto format) into ``out_dir`` and self-check the reload.
 
     ``out_dir`` must not exist yet. Written to a hidden sibling first; a failed
@@ -125,9 +135,16 @@ def save_quantized(model, tokenizer, out_dir: str | Path, *, config: QuantizeCon
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         results = _selfcheck(tmp, model, check_ids) if config.selfcheck else {"skipped": True}
-        (tmp / "README.md").write_text(README.format(
-            name=Path(final_path or out).parent.name or "model", scheme=config.scheme, describe=describe,
-            include=config.include or "*", exclude=config.exclude, path=final_path or str(out)))
+        (tmp / "README.md").write_text(
+            README.format(
+                name=Path(final_path or out).parent.name or "model",
+                scheme=config.scheme,
+                describe=describe,
+                include=config.include or "*",
+                exclude=config.exclude,
+                path=final_path or str(out),
+            )
+        )
         record = {**provenance, "quantize": asdict(config), "selfcheck": results}
         (tmp / "provenance.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         tmp.rename(out)
@@ -152,7 +169,13 @@ def _selfcheck(path: Path, model, ids: torch.Tensor | None) -> dict:
     tol = RELOAD_TOLERANCE * max(1.0, ref.abs().max().item())
     if not diff <= tol:  # NaN fails too
         raise SwappruneError(
-            f"quantized self-check: reloaded logits differ by {diff:.3g} (tolerance {tol:.3g})")
+            f"quantized self-check: reloaded logits differ by {diff:.3g} (tolerance {tol:.3g})"
+        )
     del reloaded
-    return {"passed": True, "logits_max_abs_diff": diff, "logits_tolerance": tol,
-            "windows": list(ids.shape), "reload_check_s": round(time.perf_counter() - t0, 3)}
+    return {
+        "passed": True,
+        "logits_max_abs_diff": diff,
+        "logits_tolerance": tol,
+        "windows": list(ids.shape),
+        "reload_check_s": round(time.perf_counter() - t0, 3),
+    }

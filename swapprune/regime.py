@@ -40,7 +40,7 @@ BANDS_POSITIONS = "last"
 
 ADVICE = {
     "both-high": "swap scores alone are weak; verify candidates on the pruned model "
-                 "(--protocol auto) or add calibration data",
+    "(--protocol auto) or add calibration data",
     "divergent": "prefer interchange-guided selection",
     "tie-like": "either protocol; a calibrated iterative method (sleb) may win at larger budgets",
 }
@@ -80,11 +80,13 @@ def medians(pairs, keys, idx=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     Returns:
         Three arrays ``[B]`` (``[1]`` without ``idx``).
     """
+
     def boot(x):
         return _nanmean(x[idx]) if idx is not None else _nanmean(x[None])
 
-    repl = np.stack([np.maximum(boot(pairs[k]["repl_ij"]), boot(pairs[k]["repl_ji"]))
-                     for k in keys], axis=-1)  # [B, P]
+    repl = np.stack(
+        [np.maximum(boot(pairs[k]["repl_ij"]), boot(pairs[k]["repl_ji"])) for k in keys], axis=-1
+    )  # [B, P]
     inter = np.stack([boot(pairs[k]["inter"]) for k in keys], axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ir = np.where(repl > 0, inter / repl, np.nan)
@@ -128,8 +130,12 @@ def regime(pairs, idx=None, positions: str | None = None) -> dict | None:
         "median_replacement": d_r,
         "median_interchange": d_i,
         "median_ir": None if math.isnan(ir) else ir,
-        "thresholds": {"high": HIGH, "repl_floor": REPL_FLOOR, "divergent_ir": DIVERGENT_IR,
-                       "positions": BANDS_POSITIONS},
+        "thresholds": {
+            "high": HIGH,
+            "repl_floor": REPL_FLOOR,
+            "divergent_ir": DIVERGENT_IR,
+            "positions": BANDS_POSITIONS,
+        },
         "positions": positions,
         "note": note,
     }
@@ -148,5 +154,7 @@ def summary_line(r: dict) -> str:
     """One line for the run summary."""
     conf = "" if r.get("confidence") is None else f", confidence {r['confidence']:.0%}"
     ir = "n/a" if r["median_ir"] is None else f"{r['median_ir']:.3g}"
-    return (f"regime {r['call']}{conf}: median adjacent d_repl {r['median_replacement']:.3g}, "
-            f"d_inter {r['median_interchange']:.3g}, I/R {ir} -> {r['advice']}")
+    return (
+        f"regime {r['call']}{conf}: median adjacent d_repl {r['median_replacement']:.3g}, "
+        f"d_inter {r['median_interchange']:.3g}, I/R {ir} -> {r['advice']}"
+    )

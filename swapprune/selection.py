@@ -109,13 +109,16 @@ class SelectionInputs:
     span_scores: SpanScores | None = None
     pair_table: PairTable | None = None
 
-    def order(self, candidates: Sequence[int] | None = None,
-              importance: np.ndarray | None = None) -> list[int]:
+    def order(
+        self, candidates: Sequence[int] | None = None, importance: np.ndarray | None = None
+    ) -> list[int]:
         """Candidates from most to least removable: importance, tiebreak, index."""
         imp = self.importance if importance is None else importance
         tb = self.tiebreak
         cands = self.constraints.candidates() if candidates is None else candidates
-        return sorted(cands, key=lambda i: (float(imp[i]), float(tb[i]) if tb is not None else 0.0, i))
+        return sorted(
+            cands, key=lambda i: (float(imp[i]), float(tb[i]) if tb is not None else 0.0, i)
+        )
 
 
 @dataclass
@@ -178,7 +181,9 @@ def _int_arg(name: str, arg: str | None, default: int, low: int = 1) -> int:
     return value
 
 
-def _spaced(inputs: SelectionInputs, min_gap: int, candidates: Sequence[int] | None = None) -> list[int]:
+def _spaced(
+    inputs: SelectionInputs, min_gap: int, candidates: Sequence[int] | None = None
+) -> list[int]:
     chosen: list[int] = []
     for i in inputs.order(candidates):
         if all(abs(i - c) >= min_gap for c in chosen):
@@ -289,10 +294,14 @@ class RankedPairs(Strategy):
 
     def choose(self, inputs: SelectionInputs) -> Selection:
         if inputs.pair_table is None:
-            raise SwappruneError("ranked-pairs needs pair scores (criterion interchange or replacement)")
+            raise SwappruneError(
+                "ranked-pairs needs pair scores (criterion interchange or replacement)"
+            )
         allowed = set(self._cons(inputs.constraints).candidates())
         chosen: list[int] = []
-        for (i, j), _ in sorted(inputs.pair_table.items(), key=lambda kv: (kv[1], min(kv[0]), max(kv[0]))):
+        for (i, j), _ in sorted(
+            inputs.pair_table.items(), key=lambda kv: (kv[1], min(kv[0]), max(kv[0]))
+        ):
             low = min(i, j)
             if low in allowed and low not in chosen:
                 chosen.append(low)
@@ -319,7 +328,9 @@ class Clustered(Strategy):
 
     def __init__(self, arg: str | None = None):
         if not arg:
-            raise SwappruneError("clustered needs a region: clustered:A-B or clustered:T (e.g. 0.10)")
+            raise SwappruneError(
+                "clustered needs a region: clustered:A-B or clustered:T (e.g. 0.10)"
+            )
         self.span: tuple[int, int] | None = None
         self.threshold: float | None = None
         try:
@@ -329,7 +340,9 @@ class Clustered(Strategy):
                 a, _, b = arg.partition("-")
                 self.span = (int(a), int(b))
         except ValueError:
-            raise SwappruneError(f"clustered:REGION is A-B or a threshold like 0.10, got '{arg}'") from None
+            raise SwappruneError(
+                f"clustered:REGION is A-B or a threshold like 0.10, got '{arg}'"
+            ) from None
         if self.span is not None and not 0 <= self.span[0] <= self.span[1]:
             raise SwappruneError(f"clustered:A-B needs 0 <= A <= B, got '{arg}'")
 
@@ -383,7 +396,11 @@ class Contiguous(Strategy):
         spans = inputs.span_scores(n) if inputs.span_scores is not None else None
         best, best_val = cons.protect_first, None
         for s in range(cons.protect_first, cons.num_layers - cons.protect_last - n + 1):
-            val = float(spans[s]) if spans is not None else float(np.sum(inputs.importance[s : s + n]))
+            val = (
+                float(spans[s])
+                if spans is not None
+                else float(np.sum(inputs.importance[s : s + n]))
+            )
             if best_val is None or val < best_val:
                 best, best_val = s, val
         return Selection(list(range(best, best + n)))
@@ -416,7 +433,9 @@ class Beam(Strategy):
 
     def choose(self, inputs):
         if inputs.oracle is None:
-            raise SwappruneError("beam search needs the model (an oracle); it cannot run from scores alone")
+            raise SwappruneError(
+                "beam search needs the model (an oracle); it cannot run from scores alone"
+            )
         cache: dict[tuple[int, ...], float] = {}
         capped = False
 
@@ -448,8 +467,12 @@ class Beam(Strategy):
                 break
             beams = sorted((c, k) for k, c in new.items())[: self.width]
         best = beams[0][1] if beams else ()
-        notes: dict[str, Any] = {"width": self.width, "seeds": self.seeds, "cap": self.max_calls,
-                                 "capped": capped}
+        notes: dict[str, Any] = {
+            "width": self.width,
+            "seeds": self.seeds,
+            "cap": self.max_calls,
+            "capped": capped,
+        }
         if len(best) < inputs.budget:
             fill = [b for b in order if b not in best][: inputs.budget - len(best)]
             notes["completed_by_criterion"] = fill
@@ -467,7 +490,9 @@ class Iterative(Strategy):
 
     def choose(self, inputs: SelectionInputs) -> Selection:
         if inputs.rescore is None:
-            raise SwappruneError("iterative selection needs a criterion that can rescore a pruned model")
+            raise SwappruneError(
+                "iterative selection needs a criterion that can rescore a pruned model"
+            )
         removed: list[int] = []
         imp = inputs.importance
         for _ in range(inputs.budget):
@@ -491,6 +516,8 @@ def describe() -> list[tuple[str, str]]:
     out = []
     for name in STRATEGIES.names():
         cls = STRATEGIES.get(name)
-        arg = {"spaced": ":G", "distributed": ":G", "beam": ":W", "clustered": ":REGION"}.get(name, "")
+        arg = {"spaced": ":G", "distributed": ":G", "beam": ":W", "clustered": ":REGION"}.get(
+            name, ""
+        )
         out.append((name + arg, (cls.__doc__ or "").strip().splitlines()[0]))
     return out

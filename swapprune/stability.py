@@ -65,8 +65,10 @@ class Stability:
     def summary(self) -> str:
         """One line for the run summary."""
         in_play = [f"{b}:{p:.2f}" for b, p in enumerate(self.inclusion) if 0.05 <= p <= 0.95]
-        line = (f"stability: {self.chosen} chosen in {self.frequency:.0%} of {self.n_boot} "
-                f"resamples of {self.windows} windows")
+        line = (
+            f"stability: {self.chosen} chosen in {self.frequency:.0%} of {self.n_boot} "
+            f"resamples of {self.windows} windows"
+        )
         return line + (f"; blocks in play {', '.join(in_play)}" if in_play else "")
 
     def warning(self, threshold: float | None = None) -> str | None:
@@ -74,9 +76,11 @@ class Stability:
         if self.is_stable(threshold):
             return None
         t = self.threshold if threshold is None else threshold
-        return (f"warning: selection {self.chosen} is unstable: chosen in only "
-                f"{self.frequency:.0%} of bootstrap resamples of the {self.windows} calibration "
-                f"windows (threshold {t:.0%}); fix: " + FIX_HINT.format(more=2 * self.windows))
+        return (
+            f"warning: selection {self.chosen} is unstable: chosen in only "
+            f"{self.frequency:.0%} of bootstrap resamples of the {self.windows} calibration "
+            f"windows (threshold {t:.0%}); fix: " + FIX_HINT.format(more=2 * self.windows)
+        )
 
     def to_dict(self) -> dict:
         """JSON record for ``plan.json`` and the model card."""
@@ -90,8 +94,12 @@ class Stability:
             "criterion": self.criterion,
             "strategy": self.strategy,
             "budget": self.budget,
-            "bootstrap": {"resamples": self.n_boot, "seed": self.seed, "unit": "window",
-                          "windows": self.windows},
+            "bootstrap": {
+                "resamples": self.n_boot,
+                "seed": self.seed,
+                "unit": "window",
+                "windows": self.windows,
+            },
         }
 
 
@@ -112,7 +120,8 @@ def resampled(scores, rows: np.ndarray):
         meta=scores.meta,
         pairs={k: {key: x[rows] for key, x in v.items()} for k, v in scores.pairs.items()},
         deletion={k: x[rows] for k, x in scores.deletion.items()},
-        n_boot=scores.n_boot, seed=scores.seed,
+        n_boot=scores.n_boot,
+        seed=scores.seed,
     )
 
 
@@ -124,8 +133,9 @@ def _resolve(criterion, strategy):
     return crit, strat
 
 
-def select_on(scores, crit, strat, budget: int, cons: Constraints, seed: int = 0,
-              tiebreak=None) -> list[int]:
+def select_on(
+    scores, crit, strat, budget: int, cons: Constraints, seed: int = 0, tiebreak=None
+) -> list[int]:
     """The selection that ``crit`` and ``strat`` make from ``scores`` alone.
 
     ``tiebreak`` (``[L]``, e.g. the residual norms the plan used) is held fixed:
@@ -196,13 +206,24 @@ def selection_stability(
         frequency=counts[tuple(chosen)] / n_boot,
         inclusion=[float(x) for x in inclusion / n_boot],
         alternatives=[{"set": list(s), "frequency": c / n_boot} for s, c in others],
-        windows=n, n_boot=n_boot, seed=seed, criterion=crit.name,
-        strategy=getattr(strat, "name", str(strategy)), budget=budget, threshold=threshold,
+        windows=n,
+        n_boot=n_boot,
+        seed=seed,
+        criterion=crit.name,
+        strategy=getattr(strat, "name", str(strategy)),
+        budget=budget,
+        threshold=threshold,
     )
 
 
-def plan_stability(plan, scores, constraints: Constraints | None = None, n_boot: int = N_BOOT,
-                   seed: int = 0, threshold: float = THRESHOLD) -> Stability | None:
+def plan_stability(
+    plan,
+    scores,
+    constraints: Constraints | None = None,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    threshold: float = THRESHOLD,
+) -> Stability | None:
     """:func:`selection_stability` of the selection behind ``plan``, or ``None`` if it has none.
 
     Reads the plan's criterion, strategy, budget and tie-break key; returns
@@ -218,6 +239,14 @@ def plan_stability(plan, scores, constraints: Constraints | None = None, n_boot:
     tb = (plan.scores.get("tiebreak") or {}).get("values")
     if tb is not None:
         tb = [np.inf if v is None else v for v in tb]
-    return selection_stability(scores, crit, strat, plan.budget,
-                               constraints or Constraints(plan.num_layers), n_boot, seed,
-                               threshold, tb)
+    return selection_stability(
+        scores,
+        crit,
+        strat,
+        plan.budget,
+        constraints or Constraints(plan.num_layers),
+        n_boot,
+        seed,
+        threshold,
+        tb,
+    )

@@ -37,8 +37,18 @@ from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
 
 SCHEMA = "swapprune.validity/1"
-DEFAULT_CRITERIA = ("interchange", "replacement", "deletion", "bi", "angular", "angular-tokens",
-                    "sleb", "sleb-kl", "taylor", "random")
+DEFAULT_CRITERIA = (
+    "interchange",
+    "replacement",
+    "deletion",
+    "bi",
+    "angular",
+    "angular-tokens",
+    "sleb",
+    "sleb-kl",
+    "taylor",
+    "random",
+)
 SWAP = ("interchange", "replacement")
 
 
@@ -47,8 +57,9 @@ def rankdata(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     order = np.argsort(x, axis=-1, kind="stable")
     ranks = np.empty_like(x)
-    np.put_along_axis(ranks, order, np.arange(1, x.shape[-1] + 1, dtype=float)
-                      * np.ones_like(x), axis=-1)
+    np.put_along_axis(
+        ranks, order, np.arange(1, x.shape[-1] + 1, dtype=float) * np.ones_like(x), axis=-1
+    )
     flat_x, flat_r = x.reshape(-1, x.shape[-1]), ranks.reshape(-1, x.shape[-1])
     for row_x, row_r in zip(flat_x, flat_r):
         vals, inv, counts = np.unique(row_x, return_inverse=True, return_counts=True)
@@ -111,8 +122,11 @@ def _sources(names: Sequence[str], oracle, scores, seed: int) -> dict[str, Sourc
     for name in names:
         crit = criteria_mod.get(name)
         if name in SWAP:
-            pairs = {p: v for p, v in scores.pairs.items()
-                     if ("inter" if name == "interchange" else "repl_ij") in v}
+            pairs = {
+                p: v
+                for p, v in scores.pairs.items()
+                if ("inter" if name == "interchange" else "repl_ij") in v
+            }
             out[name] = (pairs, _swap_reduce(name, L))
         elif name == "deletion" and scores is not None and scores.deletion:
             out[name] = (np.stack([scores.deletion[b] for b in range(L)], axis=1), _window_mean)
@@ -179,13 +193,21 @@ def predictor_validity(
     if need_pairs and (scores is None or not set(need_pairs) <= set(scores.protocols())):
         from swapprune.engine.scoring import score
 
-        scores = score(model, calibration=calibration, protocols=tuple(need_pairs),
-                       pairs="adjacent", positions=positions, batch_size=batch_size,
-                       progress=progress, seed=seed)
+        scores = score(
+            model,
+            calibration=calibration,
+            protocols=tuple(need_pairs),
+            pairs="adjacent",
+            positions=positions,
+            batch_size=batch_size,
+            progress=progress,
+            seed=seed,
+        )
     sources = _sources(criteria, oracle, scores, seed)
 
-    t_oracle = oracle if target is None else CalibrationOracle(
-        model, target.input_ids, batch_size, "ppl")
+    t_oracle = (
+        oracle if target is None else CalibrationOracle(model, target.input_ids, batch_size, "ppl")
+    )
     base_nll = t_oracle.window_costs([], "ppl")  # [N_t]
     del_nll = np.stack([t_oracle.window_costs([b], "ppl") for b in range(L)], axis=1)  # [N_t, L]
 
@@ -212,16 +234,21 @@ def predictor_validity(
             idx = c_idx if n_src == n_cal else resample_indices(n_src, n_boot, seed + 2)
             point = reduce(values, np.arange(n_src) if n_src != n_cal else full_c)
             boot = np.stack([reduce(values, i) for i in idx])
-            resampled = "windows" + (" (same draws as the target)" if joint and n_src == n_cal
-                                     else " (drawn independently of the target)")
+            resampled = "windows" + (
+                " (same draws as the target)"
+                if joint and n_src == n_cal
+                else " (drawn independently of the target)"
+            )
         rho = float(spearman(point, cost_point))
         reps = spearman(boot, cost_boot)
         reps = reps[np.isfinite(reps)]
-        lo, hi = (np.percentile(reps, [2.5, 97.5]) if len(reps) else (np.nan, np.nan))
+        lo, hi = np.percentile(reps, [2.5, 97.5]) if len(reps) else (np.nan, np.nan)
         rows[name] = {
             "source": criteria_mod.get(name).source,
             "removability": [float(x) for x in point],
-            "spearman": rho, "ci": [float(lo), float(hi)], "resampled": resampled,
+            "spearman": rho,
+            "ci": [float(lo), float(hi)],
+            "resampled": resampled,
         }
     return {
         "schema": SCHEMA,
@@ -235,8 +262,12 @@ def predictor_validity(
             "base_ppl": float(np.exp(base_nll.mean())),
             "per_layer": [float(x) for x in cost_point],
         },
-        "bootstrap": {"resamples": n_boot, "seed": seed, "unit": "window",
-                      "interval": "95% percentile"},
+        "bootstrap": {
+            "resamples": n_boot,
+            "seed": seed,
+            "unit": "window",
+            "interval": "95% percentile",
+        },
         "criteria": rows,
     }
 
@@ -265,10 +296,14 @@ def validity_markdown(result: dict) -> str:
         "| criterion | Spearman | 95% CI | resampled |",
         "|---|---:|---|---|",
     ]
-    rows = sorted(result["criteria"].items(), key=lambda kv: -np.nan_to_num(kv[1]["spearman"], nan=-9))
+    rows = sorted(
+        result["criteria"].items(), key=lambda kv: -np.nan_to_num(kv[1]["spearman"], nan=-9)
+    )
     for name, r in rows:
-        lines.append(f"| {name} | {r['spearman']:+.2f} | [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] "
-                     f"| {r['resampled']} |")
+        lines.append(
+            f"| {name} | {r['spearman']:+.2f} | [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] "
+            f"| {r['resampled']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -279,14 +314,17 @@ def plot_validity(result: dict, path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = sorted(result["criteria"].items(), key=lambda kv: np.nan_to_num(kv[1]["spearman"], nan=-9))
+    rows = sorted(
+        result["criteria"].items(), key=lambda kv: np.nan_to_num(kv[1]["spearman"], nan=-9)
+    )
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.35 * len(rows) + 2.5))
     y = np.arange(len(rows))
     rho = np.array([r["spearman"] for _, r in rows])
     lo = np.array([r["ci"][0] for _, r in rows])
     hi = np.array([r["ci"][1] for _, r in rows])
-    a.errorbar(rho, y, xerr=[np.clip(rho - lo, 0, None), np.clip(hi - rho, 0, None)], fmt="o",
-               capsize=3)
+    a.errorbar(
+        rho, y, xerr=[np.clip(rho - lo, 0, None), np.clip(hi - rho, 0, None)], fmt="o", capsize=3
+    )
     a.axvline(0, color="grey", lw=0.8)
     a.set_yticks(y, [n for n, _ in rows])
     a.set_xlabel("Spearman(removability, deletion cost), 95% CI")

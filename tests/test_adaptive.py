@@ -21,8 +21,9 @@ def fake_measure(means: dict, noise: float, calls: list):
         calls.append((list(pairs), list(rows)))
         out = {}
         for p in pairs:
-            z = np.array([np.random.default_rng(1000 * p[0] + int(r)).standard_normal()
-                          for r in rows])
+            z = np.array(
+                [np.random.default_rng(1000 * p[0] + int(r)).standard_normal() for r in rows]
+            )
             inter = means[p] * np.maximum(0.05, 1 + noise * z)
             out[p] = {"inter": inter, "repl_ij": 4 * inter, "repl_ji": 3 * inter}
         return out
@@ -33,8 +34,15 @@ def fake_measure(means: dict, noise: float, calls: list):
 def run(means, noise, **kw):
     calls = []
     settings = AdaptiveSettings(tranche=8, max_windows=64, n_boot=300, **kw)
-    res = calibrate(fake_measure(means, noise, calls), PAIRS, {"num_layers": L},
-                    ("interchange",), "greedy", 1, settings=settings)
+    res = calibrate(
+        fake_measure(means, noise, calls),
+        PAIRS,
+        {"num_layers": L},
+        ("interchange",),
+        "greedy",
+        1,
+        settings=settings,
+    )
     return res, calls
 
 
@@ -64,7 +72,8 @@ def test_near_tie_keeps_going_and_spends_windows_only_where_it_matters():
     assert res.pair_windows < len(PAIRS) * 64 / 2
     # means skip the windows a pair did not get
     assert res.scores.distance("interchange", 3, 4) == pytest.approx(
-        np.mean(res.scores.pairs[(3, 4)]["inter"][:8]))
+        np.mean(res.scores.pairs[(3, 4)]["inter"][:8])
+    )
     assert res.rounds[-1]["frequency"]["interchange"] < 0.9
 
 
@@ -88,8 +97,12 @@ def test_a_close_call_settles_with_more_windows():
 def test_bad_settings_are_one_line_errors_before_any_probe(kw, match):
     calls = []
     with pytest.raises(SwappruneError, match=match) as e:
-        calibrate(fake_measure({p: 1.0 for p in PAIRS}, 0.1, calls), PAIRS, {"num_layers": L},
-                  settings=AdaptiveSettings(**kw))
+        calibrate(
+            fake_measure({p: 1.0 for p in PAIRS}, 0.1, calls),
+            PAIRS,
+            {"num_layers": L},
+            settings=AdaptiveSettings(**kw),
+        )
     assert "\n" not in str(e.value) and calls == []
     with pytest.raises(SwappruneError, match=match):
         adaptive_score(object(), settings=AdaptiveSettings(**kw))
@@ -99,16 +112,27 @@ def test_tiny_model_values_equal_a_direct_score_on_the_same_windows():
     model = tiny_model("llama")
     pool = Calibration(tiny_ids(12, 16, seed=5), "tensor", 0)
     settings = AdaptiveSettings(target=0.99, tranche=4, max_windows=12, n_boot=100)
-    res = adaptive_score(model, criteria=("interchange", "replacement"), budget=1,
-                         settings=settings, calibration=pool, batch_size=4)
+    res = adaptive_score(
+        model,
+        criteria=("interchange", "replacement"),
+        budget=1,
+        settings=settings,
+        calibration=pool,
+        batch_size=4,
+    )
     n = res.scores.num_windows()
     assert n in (4, 8, 12) and res.block_evals > 0
     assert set(res.stability) == {"interchange", "replacement"}
     assert res.scores.meta["adaptive"]["stopped"] == res.stopped
     first = np.random.default_rng(0).permutation(12)[:4]
-    direct = score(model, calibration=Calibration(pool.input_ids[torch.as_tensor(first)],
-                                                  "tensor", 0), pairs=[(0, 1)], progress=False)
-    np.testing.assert_allclose(res.scores.pairs[(0, 1)]["inter"][:4],
-                               direct.pairs[(0, 1)]["inter"], rtol=1e-6)
+    direct = score(
+        model,
+        calibration=Calibration(pool.input_ids[torch.as_tensor(first)], "tensor", 0),
+        pairs=[(0, 1)],
+        progress=False,
+    )
+    np.testing.assert_allclose(
+        res.scores.pairs[(0, 1)]["inter"][:4], direct.pairs[(0, 1)]["inter"], rtol=1e-6
+    )
     d = res.scores.to_dict()
     assert d["adaptive"]["rounds"][0]["windows"] == 4 and d["calibration"]["prompts"] == n

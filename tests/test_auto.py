@@ -24,8 +24,11 @@ def scores_table(repl: list[float], inter: list[float]) -> ScoreResult:
     pairs = {}
     for i in range(L - 1):
         w = 1 + 0.1 * rng.uniform(-1, 1, N)
-        pairs[(i, i + 1)] = {"repl_ij": repl[i] * w, "repl_ji": repl[i] * w * 0.8,
-                             "inter": inter[i] * w}
+        pairs[(i, i + 1)] = {
+            "repl_ij": repl[i] * w,
+            "repl_ji": repl[i] * w * 0.8,
+            "inter": inter[i] * w,
+        }
     return ScoreResult(meta={"num_layers": L, "positions": "all"}, pairs=pairs, n_boot=100)
 
 
@@ -103,9 +106,13 @@ def test_beam_over_is_exhaustive_when_wide_and_completes_when_capped():
 
 
 def test_end_to_end_through_plan_pruning(model):
-    plan, scores = plan_pruning(model, tiny_tokenizer(), PruneRequest(budget=1, protocol="auto"),
-                                calibration=Calibration(tiny_ids(4, 16), "tensor", 0),
-                                progress=False)
+    plan, scores = plan_pruning(
+        model,
+        tiny_tokenizer(),
+        PruneRequest(budget=1, protocol="auto"),
+        calibration=Calibration(tiny_ids(4, 16), "tensor", 0),
+        progress=False,
+    )
     d = plan.scores["auto"]
     assert set(scores.protocols()) >= {"replacement", "interchange"}
     assert d["regime"]["call"] in ("divergent", "tie-like", "both-high")
@@ -113,12 +120,18 @@ def test_end_to_end_through_plan_pruning(model):
 
 
 def test_bad_input(model, calib):
-    only_inter = ScoreResult(meta={"num_layers": L}, pairs={
-        (i, i + 1): {"inter": np.ones(N)} for i in range(L - 1)})
+    only_inter = ScoreResult(
+        meta={"num_layers": L}, pairs={(i, i + 1): {"inter": np.ones(N)} for i in range(L - 1)}
+    )
     with pytest.raises(SwappruneError, match="replacement and interchange"):
         run(model, calib, only_inter)
     s = scores_table([0.6] * 5, [0.3] * 5)
     with pytest.raises(SwappruneError, match="does not merge"):
-        plan_auto(model, None, PruneRequest(budget=1, protocol="auto", op="merge"), scores=s,
-                  calibration=calib)
+        plan_auto(
+            model,
+            None,
+            PruneRequest(budget=1, protocol="auto", op="merge"),
+            scores=s,
+            calibration=calib,
+        )
     assert criteria.get("auto").protocols == ("replacement", "interchange")

@@ -38,8 +38,10 @@ CASES = [
     (["--budget", "1", "--tokens", "100000"], "context length"),
     (["--budget", "1", "--protocol", "interchang"], "did you mean 'interchange'"),
     (["--budget", "1", "--protocl", "x"], "did you mean '--protocol'"),
-    (["--budget", "1", "--protocol", "auto", "--target-frequency", "1.5"],
-     "stability target must be in (0, 1]"),
+    (
+        ["--budget", "1", "--protocol", "auto", "--target-frequency", "1.5"],
+        "stability target must be in (0, 1]",
+    ),
     (["--budget", "1", "--adaptive", "on", "--max-prompts", "8"], "smaller than one tranche"),
     (["--budget", "1", "--adaptive", "sometimes"], "unknown adaptive 'sometimes'"),
     (["--budget", "1", "--stability-threshold", "0"], "stability_threshold must be in (0, 1]"),
@@ -56,15 +58,22 @@ CASES = [
 
 
 @pytest.mark.parametrize("args, message", CASES)
-def test_bad_flag_is_one_line_exit_2_nothing_written(model_dir, tmp_path, capsys, no_load,
-                                                      args, message):
+def test_bad_flag_is_one_line_exit_2_nothing_written(
+    model_dir, tmp_path, capsys, no_load, args, message
+):
     work = tmp_path / "work"
     work.mkdir()
     command = args[0] if args[0] in ("score", "eval", "compare") else None
     rest = args[1:] if command else args
     out = work / ("out.json" if command in ("score", "eval") else "out")
-    argv = ([command] if command else []) + ["--model", model_dir, "--output", str(out),
-                                             "--no-progress", *rest]
+    argv = ([command] if command else []) + [
+        "--model",
+        model_dir,
+        "--output",
+        str(out),
+        "--no-progress",
+        *rest,
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
@@ -85,8 +94,7 @@ def test_unusable_output_paths_fail_before_compute(model_dir, tmp_path, capsys, 
         bad.append(str(a_file))  # a file where a directory is expected
     for out in bad:
         extra = ["--budget", "1"] if command == "prune" else []
-        assert main([command, "--model", model_dir, "--output", out, "--no-progress",
-                     *extra]) == 2
+        assert main([command, "--model", model_dir, "--output", out, "--no-progress", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("swapprune"), err
     assert a_file.read_text() == "mine" and (directory / "x").read_text() == "mine"
@@ -95,21 +103,51 @@ def test_unusable_output_paths_fail_before_compute(model_dir, tmp_path, capsys, 
 
 def test_recipe_seed_is_checked(model_dir, tmp_path, capsys, no_load):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(json.dumps({"model": model_dir, "prune": {"budget": 1},
-                                  "export": {"output": str(tmp_path / "o")}}))
+    recipe.write_text(
+        json.dumps(
+            {"model": model_dir, "prune": {"budget": 1}, "export": {"output": str(tmp_path / "o")}}
+        )
+    )
     assert main(["run", str(recipe), "--set", "calibration.seed=-1"]) == 2
     assert "seed must be >= 0" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
 
 
 def test_overwrite_never_replaces_the_model_or_the_working_directory(
-        model_dir, tmp_path, capsys, no_load, monkeypatch):
-    assert main(["apply", "--plan", str(tmp_path / "nope.json"), "--model", model_dir,
-                 "--output", model_dir, "--overwrite"]) == 2
+    model_dir, tmp_path, capsys, no_load, monkeypatch
+):
+    assert (
+        main(
+            [
+                "apply",
+                "--plan",
+                str(tmp_path / "nope.json"),
+                "--model",
+                model_dir,
+                "--output",
+                model_dir,
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
-    assert main(["apply", "--plan", str(plan), "--model", model_dir, "--output", model_dir,
-                 "--overwrite"]) == 2
+    assert (
+        main(
+            [
+                "apply",
+                "--plan",
+                str(plan),
+                "--model",
+                model_dir,
+                "--output",
+                model_dir,
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
     assert "would replace the input" in capsys.readouterr().err
     monkeypatch.chdir(tmp_path)
     assert main(["--model", model_dir, "--budget", "1", "--output", ".", "--overwrite"]) == 2

@@ -18,7 +18,19 @@ def model_dir(tmp_path_factory):
 
 def test_prune_writes_a_checkpoint_that_loads(model_dir, tmp_path, capsys):
     out = tmp_path / "pruned"
-    rc = main(["--model", model_dir, "--budget", "2", "--protocol", "interchange", "--output", str(out), *FAST])
+    rc = main(
+        [
+            "--model",
+            model_dir,
+            "--budget",
+            "2",
+            "--protocol",
+            "interchange",
+            "--output",
+            str(out),
+            *FAST,
+        ]
+    )
     assert rc == 0
     plan = json.loads((out / "plan.json").read_text())
     assert len(plan["kept"]) == 4 and len(plan["removed"]) == 2
@@ -30,13 +42,28 @@ def test_prune_writes_a_checkpoint_that_loads(model_dir, tmp_path, capsys):
     assert "checkpoint:" in capsys.readouterr().out
 
     again = tmp_path / "again"
-    assert main(["apply", "--plan", str(out / "plan.json"), "--model", model_dir, "--output", str(again)]) == 0
+    assert (
+        main(
+            [
+                "apply",
+                "--plan",
+                str(out / "plan.json"),
+                "--model",
+                model_dir,
+                "--output",
+                str(again),
+            ]
+        )
+        == 0
+    )
     assert json.loads((again / "plan.json").read_text())["kept"] == plan["kept"]
 
 
 def test_score_command(model_dir, tmp_path):
     out = tmp_path / "scores.json"
-    assert main(["score", "--model", model_dir, "--output", str(out), "--pairs", "gap:2", *FAST]) == 0
+    assert (
+        main(["score", "--model", model_dir, "--output", str(out), "--pairs", "gap:2", *FAST]) == 0
+    )
     data = json.loads(out.read_text())
     assert len(data["pairs"]) == 9 and data["calibration"]["prompts"] == 4
 
@@ -90,8 +117,23 @@ def test_list(capsys):
 
 def test_validate_writes_the_report(model_dir, tmp_path, capsys):
     out = tmp_path / "v"
-    assert main(["validate", "--model", model_dir, "--criteria", "interchange,bi", "--output",
-                 str(out), "--bootstrap", "50", *FAST]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--model",
+                model_dir,
+                "--criteria",
+                "interchange,bi",
+                "--output",
+                str(out),
+                "--bootstrap",
+                "50",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / "validity.json").read_text())
     assert set(data["criteria"]) == {"interchange", "bi"}
     assert (out / "validity.md").is_file() and (out / "validity.png").is_file()

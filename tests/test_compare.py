@@ -7,16 +7,37 @@ from tiny_models import save_tiny
 
 from swapprune.cli import main
 
-ARGS = ["--prompts", "4", "--tokens", "32", "--no-progress", "--words", "150", "--max-length", "64",
-        "--random-seeds", "0,1"]
+ARGS = [
+    "--prompts",
+    "4",
+    "--tokens",
+    "32",
+    "--no-progress",
+    "--words",
+    "150",
+    "--max-length",
+    "64",
+    "--random-seeds",
+    "0,1",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     model_dir = str(save_tiny("llama", tmp_path_factory.mktemp("m") / "tiny"))
     out = tmp_path_factory.mktemp("cmp") / "cmp"
-    cmd = ["compare", "--model", model_dir, "--budgets", "1,2", "--out", str(out),
-           "--protocols", "interchange,replacement,reverse,random", *ARGS]
+    cmd = [
+        "compare",
+        "--model",
+        model_dir,
+        "--budgets",
+        "1,2",
+        "--out",
+        str(out),
+        "--protocols",
+        "interchange,replacement,reverse,random",
+        *ARGS,
+    ]
     assert main(cmd) == 0
     return cmd, out
 
@@ -28,7 +49,13 @@ def test_results_schema(run):
     assert res["primary"] == {"task": "swapprune_wikitext2_ppl", "metric": "perplexity"}
     assert [b["budget"] for b in res["budgets"]] == [1, 2]
     for entry in res["budgets"]:
-        assert set(entry["methods"]) == {"interchange", "replacement", "reverse", "random:0", "random:1"}
+        assert set(entry["methods"]) == {
+            "interchange",
+            "replacement",
+            "reverse",
+            "random:0",
+            "random:1",
+        }
         for m in entry["methods"].values():
             assert len(m["removed"]) == entry["budget"]
             lo, hi = m["cost_pct_ci"]
@@ -69,13 +96,31 @@ def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(pipeline, "load", no_load)
     model_dir = str(save_tiny("llama", tmp_path / "m"))
-    assert main(["compare", "--model", model_dir, "--budgets", "1", "--tasks", "wikitext2_pl",
-                 "--output", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "compare",
+                "--model",
+                model_dir,
+                "--budgets",
+                "1",
+                "--tasks",
+                "wikitext2_pl",
+                "--output",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "did you mean" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     # A budget the model cannot take fails from its config alone, also before loading.
-    assert main(["compare", "--model", model_dir, "--budgets", "1,40", "--output",
-                 str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            ["compare", "--model", model_dir, "--budgets", "1,40", "--output", str(tmp_path / "o")]
+        )
+        == 2
+    )
     assert "budget 40" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -93,8 +138,23 @@ def test_iterative_methods_are_selected_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pruning, "plan_pruning", counting)
     out = tmp_path / "cmp"
-    assert main(["compare", "--model", model_dir, "--budgets", "1,2,3", "--out", str(out),
-                 "--protocols", "sleb", *ARGS]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--model",
+                model_dir,
+                "--budgets",
+                "1,2,3",
+                "--out",
+                str(out),
+                "--protocols",
+                "sleb",
+                *ARGS,
+            ]
+        )
+        == 0
+    )
     assert calls == [3]
     res = json.loads((out / "results.json").read_text())
     removed = [b["methods"]["sleb"]["removed"] for b in res["budgets"]]

@@ -29,10 +29,15 @@ def _ppl_task(factor: float) -> TaskResult:
     nll = BASE_NLL + TOK * math.log(factor)
     value = math.exp(nll.sum() / (N * TOK))
     return TaskResult(
-        task=PPL, unit="window", unit_ids=list(range(N)),
+        task=PPL,
+        unit="window",
+        unit_ids=list(range(N)),
         units={"nll": nll.tolist(), "tokens": [TOK] * N},
-        metrics={"word_perplexity": Metric(value, value * 0.9, value * 1.1, False,
-                                           ["nll", "tokens"], "ppl")},
+        metrics={
+            "word_perplexity": Metric(
+                value, value * 0.9, value * 1.1, False, ["nll", "tokens"], "ppl"
+            )
+        },
     )
 
 
@@ -40,9 +45,13 @@ def _acc_task(flipped: int) -> TaskResult:
     acc = BASE_ACC.copy()
     ones = np.flatnonzero(acc == 1)[:flipped]
     acc[ones] = 0.0  # the pruned model gets these wrong
-    return TaskResult(task=ACC, unit="example", unit_ids=list(range(len(acc))),
-                      units={"acc": acc.tolist()},
-                      metrics={"acc": Metric(float(acc.mean()), 0.0, 1.0, True, ["acc"], "mean")})
+    return TaskResult(
+        task=ACC,
+        unit="example",
+        unit_ids=list(range(len(acc))),
+        units={"acc": acc.tolist()},
+        metrics={"acc": Metric(float(acc.mean()), 0.0, 1.0, True, ["acc"], "mean")},
+    )
 
 
 def _run(factor: float, flipped: int = 0) -> EvalResult:
@@ -50,20 +59,31 @@ def _run(factor: float, flipped: int = 0) -> EvalResult:
 
 
 def _cell(removed, factor, flipped=0):
-    return {"plan": PrunePlan.from_removal(6, removed), "result": _run(factor, flipped),
-            "select_s": 0.1, "eval_s": 0.2}
+    return {
+        "plan": PrunePlan.from_removal(6, removed),
+        "result": _run(factor, flipped),
+        "select_s": 0.1,
+        "eval_s": 0.2,
+    }
 
 
-JOB = SimpleNamespace(limit=None, words=5000, max_length=512, strategy=None,
-                      calib=SimpleNamespace(calib=None, prompts=64, tokens=128, positions="all",
-                                            seed=0))
+JOB = SimpleNamespace(
+    limit=None,
+    words=5000,
+    max_length=512,
+    strategy=None,
+    calib=SimpleNamespace(calib=None, prompts=64, tokens=128, positions="all", seed=0),
+)
 
 
 def _scores(repl: float, inter: float) -> ScoreResult:
     res = ScoreResult(meta={"num_layers": 6, "positions": "last"}, n_boot=50)
     for i in range(5):
-        res.pairs[(i, i + 1)] = {"repl_ij": np.full(8, repl), "repl_ji": np.full(8, repl / 2),
-                                 "inter": np.full(8, inter)}
+        res.pairs[(i, i + 1)] = {
+            "repl_ij": np.full(8, repl),
+            "repl_ji": np.full(8, repl / 2),
+            "inter": np.full(8, inter),
+        }
     return res
 
 
@@ -117,8 +137,9 @@ def test_the_cheaper_method_wins(results):
     assert c["ratio_of_costs"] == pytest.approx(30.0 / 5.0)
     d = c["difference"]  # interchange - replacement, in perplexity
     assert d["estimate"] < 0 and d["ci"][1] < 0
-    assert d["estimate"] == pytest.approx(results["baseline"][PPL]["word_perplexity"]["value"]
-                                          * (1.05 - 1.30))
+    assert d["estimate"] == pytest.approx(
+        results["baseline"][PPL]["word_perplexity"]["value"] * (1.05 - 1.30)
+    )
     same = _comparison(entry, "interchange", "sleb")
     assert same["same_layers"] is True and same["verdict"] == "same layers: identical models"
     assert "difference" not in same
@@ -135,8 +156,13 @@ def test_equal_costs_tie(results):
 def test_contract_and_regime(results):
     contract = results["contract"]
     assert contract["stride"] == 256 and contract["words"] == 5000
-    assert contract["calibration"] == {"source": "wikitext2-valid", "prompts": 64, "tokens": 128,
-                                       "positions": "all", "seed": 0}
+    assert contract["calibration"] == {
+        "source": "wikitext2-valid",
+        "prompts": 64,
+        "tokens": 128,
+        "positions": "all",
+        "seed": 0,
+    }
     assert results["regime"]["call"] == "divergent"
     assert results["tasks"] == [PPL, ACC] and results["num_layers"] == 6
 
@@ -184,9 +210,14 @@ def test_paired_bootstrap_edge_cases():
     from swapprune.bootstrap import paired_difference, verdict
 
     a, b = np.arange(1.0, 11.0), np.arange(1.0, 11.0) * 2
-    one, two = paired_difference(a, b, "mean", n_boot=200), paired_difference(a, b, "mean", n_boot=200)
+    one, two = (
+        paired_difference(a, b, "mean", n_boot=200),
+        paired_difference(a, b, "mean", n_boot=200),
+    )
     assert one == two and one.n_units == 10  # the same seed gives the same intervals
-    assert one.ratio.estimate == pytest.approx(2.0) and one.difference.estimate == pytest.approx(5.5)
+    assert one.ratio.estimate == pytest.approx(2.0) and one.difference.estimate == pytest.approx(
+        5.5
+    )
     assert verdict(one, higher_is_better=True, names=("x", "y")) == "y better by 2x"
     assert verdict(one, higher_is_better=False, names=("x", "y")) == "x better by 2x"
     unit = paired_difference(np.ones(4), np.full(4, 3.0), "mean", n_boot=50)

@@ -12,27 +12,46 @@ def table(repl, inter):
     """A ScoreResult whose adjacent pair (i, i+1) has the given constant distances."""
     res = ScoreResult(meta={"num_layers": len(repl) + 1})
     for i, (r, x) in enumerate(zip(repl, inter)):
-        res.pairs[(i, i + 1)] = {"repl_ij": np.full(4, r), "repl_ji": np.full(4, r / 2),
-                                 "inter": np.full(4, x)}
+        res.pairs[(i, i + 1)] = {
+            "repl_ij": np.full(4, r),
+            "repl_ji": np.full(4, r / 2),
+            "inter": np.full(4, x),
+        }
     return res
 
 
 def test_removability_is_min_over_neighbours():
     s = table([0.5, 0.1, 0.9, 0.3], [0.05, 0.4, 0.02, 0.2])
     ctx = criteria.Context(num_layers=5, scores=s)
-    np.testing.assert_allclose(criteria.get("replacement").importance(ctx), [0.5, 0.1, 0.1, 0.3, 0.3])
-    np.testing.assert_allclose(criteria.get("interchange").importance(ctx), [0.05, 0.05, 0.02, 0.02, 0.2])
+    np.testing.assert_allclose(
+        criteria.get("replacement").importance(ctx), [0.5, 0.1, 0.1, 0.3, 0.3]
+    )
+    np.testing.assert_allclose(
+        criteria.get("interchange").importance(ctx), [0.05, 0.05, 0.02, 0.02, 0.2]
+    )
 
 
 def test_removability_is_min_over_every_scored_partner():
     s = table([0.5, 0.1, 0.9, 0.3], [0.05, 0.4, 0.02, 0.2])
     adjacent = criteria.get("interchange").importance(criteria.Context(num_layers=5, scores=s))
-    s.pairs[(0, 2)] = {"repl_ij": np.full(4, 0.01), "repl_ji": np.full(4, 0.03), "inter": np.full(4, 0.3)}
-    s.pairs[(1, 4)] = {"repl_ij": np.full(4, 2.0), "repl_ji": np.full(4, 2.0), "inter": np.full(4, 0.01)}
+    s.pairs[(0, 2)] = {
+        "repl_ij": np.full(4, 0.01),
+        "repl_ji": np.full(4, 0.03),
+        "inter": np.full(4, 0.3),
+    }
+    s.pairs[(1, 4)] = {
+        "repl_ij": np.full(4, 2.0),
+        "repl_ji": np.full(4, 2.0),
+        "inter": np.full(4, 0.01),
+    }
     ctx = criteria.Context(num_layers=5, scores=s)
     # gap pairs now count: block 1 and 4 drop to 0.01 (interchange); 0 and 2 to 0.03 (replacement)
-    np.testing.assert_allclose(criteria.get("interchange").importance(ctx), [0.05, 0.01, 0.02, 0.02, 0.01])
-    np.testing.assert_allclose(criteria.get("replacement").importance(ctx), [0.03, 0.1, 0.03, 0.3, 0.3])
+    np.testing.assert_allclose(
+        criteria.get("interchange").importance(ctx), [0.05, 0.01, 0.02, 0.02, 0.01]
+    )
+    np.testing.assert_allclose(
+        criteria.get("replacement").importance(ctx), [0.03, 0.1, 0.03, 0.3, 0.3]
+    )
     assert adjacent.tolist() == [0.05, 0.05, 0.02, 0.02, 0.2]  # adjacent only: as before
     assert criteria.get("interchange").pair_table(ctx)[(1, 4)] == pytest.approx(0.01)
 
@@ -45,7 +64,10 @@ def test_every_criterion_says_its_source_and_what_it_computes():
     assert criteria.get("bi").default_strategy == "ranked"
     assert criteria.get("bi-greedy").default_strategy == "greedy"
     assert criteria.get("angular").default_strategy == "contiguous"
-    assert criteria.get("angular").positions == "last" and criteria.get("angular-tokens").positions == "all"
+    assert (
+        criteria.get("angular").positions == "last"
+        and criteria.get("angular-tokens").positions == "all"
+    )
     assert criteria.get("sleb-oneshot").default_strategy == "ranked"
     assert criteria.get("sleb-kl").default_strategy == "iterative"
     assert criteria.get("interchange").tiebreak == "residual"
@@ -65,8 +87,21 @@ def test_simple_baselines_and_registry():
     assert np.array_equal(r1, criteria.get("random").importance(criteria.Context(6, seed=3)))
     assert not np.array_equal(r1, criteria.get("random").importance(criteria.Context(6, seed=4)))
     assert list(np.argsort(criteria.get("reverse").importance(ctx))) == [5, 4, 3, 2, 1, 0]
-    assert {"interchange", "replacement", "deletion", "bi", "angular", "sleb", "random", "reverse",
-            "bi-greedy", "angular-tokens", "sleb-oneshot", "sleb-kl", "taylor"} <= set(criteria.names())
+    assert {
+        "interchange",
+        "replacement",
+        "deletion",
+        "bi",
+        "angular",
+        "sleb",
+        "random",
+        "reverse",
+        "bi-greedy",
+        "angular-tokens",
+        "sleb-oneshot",
+        "sleb-kl",
+        "taylor",
+    } <= set(criteria.names())
     with pytest.raises(SwappruneError, match="did you mean 'replacement'"):
         criteria.get("replacment")
 

@@ -14,11 +14,12 @@ import torch
 import torch.multiprocessing as mp
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune.engine.sharding import merge_results, merge_timing, score_sharded, shard_env
 from swapprune.engine.scoring import score
+from swapprune.engine.sharding import merge_results, merge_timing, score_sharded, shard_env
 
-KWARGS = dict(pairs="all", protocols="replacement,interchange,deletion", batch_size=2,
-              n_boot=100, seed=3)
+KWARGS = dict(
+    pairs="all", protocols="replacement,interchange,deletion", batch_size=2, n_boot=100, seed=3
+)
 FAMILY = "qwen2"
 
 
@@ -34,14 +35,20 @@ def _free_port() -> int:
 
 def _worker(rank: int, world: int, port: int, out: str, flag_dir: str, init: str) -> None:
     # Same environment torchrun gives a worker.
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     torch.set_num_threads(1)  # fixed reduction order, as in the reference run
     if init == "file":  # a caller that set up its own group before calling us
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", init_method=f"file://{flag_dir}/rdzv", rank=rank,
-                                world_size=world)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{flag_dir}/rdzv", rank=rank, world_size=world
+        )
     res = score_sharded(tiny_model(FAMILY), out=out, calibration=_ids(), progress=False, **KWARGS)
     Path(flag_dir, f"rank{rank}").write_text("none" if res is None else "result")
 
@@ -99,9 +106,23 @@ def test_torchrun_subprocess(tmp_path, reference):
     out = tmp_path / "scores.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(tests.parent))
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script), str(out)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            str(script),
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _strip(json.loads(out.read_text())) == _strip(reference)
@@ -135,6 +156,8 @@ def test_mismatched_settings_are_refused():
 
     model = tiny_model("llama")
     a = score(model, calibration=_ids(), progress=False, shard=(0, 2), **KWARGS)
-    b = score(model, calibration=tiny_ids(n=5, t=10, seed=2), progress=False, shard=(1, 2), **KWARGS)
+    b = score(
+        model, calibration=tiny_ids(n=5, t=10, seed=2), progress=False, shard=(1, 2), **KWARGS
+    )
     with pytest.raises(SwappruneError, match="calibration"):
         merge_results([a, b])

@@ -19,14 +19,25 @@ def test_trie_counts_shared_prefixes_once():
     assert trie_blocks([(0, 2, 3, 4)], 5) == 3  # deletion of block 1
 
 
-@pytest.mark.parametrize("pairs, probes", [("adjacent", ("replacement", "interchange")),
-                                           ("gap:2", ("interchange",)),
-                                           ("adjacent", ("deletion",))])
+@pytest.mark.parametrize(
+    "pairs, probes",
+    [
+        ("adjacent", ("replacement", "interchange")),
+        ("gap:2", ("interchange",)),
+        ("adjacent", ("deletion",)),
+    ],
+)
 def test_estimate_equals_the_engine_count(pairs, probes):
     model = tiny_model("llama")
     L = model.config.num_hidden_layers
-    res = score(model, calibration=torch.randint(3, 90, (5, 12)),
-                protocols=",".join(probes), pairs=pairs if "deletion" not in probes else [],
-                batch_size=2, progress=False, positions="last")
+    res = score(
+        model,
+        calibration=torch.randint(3, 90, (5, 12)),
+        protocols=",".join(probes),
+        pairs=pairs if "deletion" not in probes else [],
+        batch_size=2,
+        progress=False,
+        positions="last",
+    )
     pair_list = parse_pairs(pairs, L) if "deletion" not in probes else []
     assert block_evaluations(L, pair_list, probes, 5, 2) == res.meta["timing"]["block_evals"]

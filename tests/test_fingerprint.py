@@ -29,8 +29,11 @@ def test_another_model_of_the_same_depth_differs():
     base = model_fingerprint(tiny_model("llama"))
     other = model_fingerprint(tiny_model("llama", seed=1))
     assert other["config"] == base["config"] and other["weights"] != base["weights"]
-    with pytest.raises(SwappruneError, match=r"^plan p\.json was made from a different model "
-                                             r"\(weights [0-9a-f]{16} vs [0-9a-f]{16}\)"):
+    with pytest.raises(
+        SwappruneError,
+        match=r"^plan p\.json was made from a different model "
+        r"\(weights [0-9a-f]{16} vs [0-9a-f]{16}\)",
+    ):
         check_same_model(base, other, "plan p.json")
 
 
@@ -38,9 +41,11 @@ def test_another_model_of_the_same_depth_differs():
 def test_each_hashed_tensor_matters(tensor):
     model = tiny_model("qwen2")
     base = model_fingerprint(model)
-    weight = {"embed": model.model.embed_tokens.weight,
-              "first": next(model.model.layers[0].parameters()),
-              "last": next(model.model.layers[5].parameters())}[tensor]
+    weight = {
+        "embed": model.model.embed_tokens.weight,
+        "first": next(model.model.layers[0].parameters()),
+        "last": next(model.model.layers[5].parameters()),
+    }[tensor]
     with torch.no_grad():
         weight.view(-1)[0] += 1e-3
     assert model_fingerprint(model)["weights"] != base["weights"]
@@ -75,8 +80,9 @@ def test_missing_fingerprint_is_accepted():
 
 def test_scores_record_the_fingerprint():
     model = tiny_model("gpt2")
-    res = score(model, calibration=torch.randint(3, 90, (2, 8)), pairs="0-1", n_boot=10,
-                progress=False)
+    res = score(
+        model, calibration=torch.randint(3, 90, (2, 8)), pairs="0-1", n_boot=10, progress=False
+    )
     assert res.meta["fingerprint"] == model_fingerprint(model)
     assert res.to_dict()["fingerprint"] == model_fingerprint(model)
 
@@ -87,10 +93,17 @@ def test_offloaded_weights_are_read(tmp_path):
 
     path = save_tiny("llama", tmp_path / "m")
     offloaded = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, device_map={"model.embed_tokens": "cpu", "model.layers": "disk",
-                                               "model.norm": "cpu", "model.rotary_emb": "cpu",
-                                               "lm_head": "cpu"},
-        offload_folder=str(tmp_path / "off"))
+        path,
+        dtype=torch.float32,
+        device_map={
+            "model.embed_tokens": "cpu",
+            "model.layers": "disk",
+            "model.norm": "cpu",
+            "model.rotary_emb": "cpu",
+            "lm_head": "cpu",
+        },
+        offload_folder=str(tmp_path / "off"),
+    )
     assert next(offloaded.model.layers[0].parameters()).device.type == "meta"
     assert model_fingerprint(offloaded) == model_fingerprint(tiny_model("llama"))
 
@@ -103,8 +116,9 @@ def test_real_model_same_through_any_load_path():
     from swapprune.loading import load_model
 
     model, _, source = load_model("smollm2-135m", progress=False)
-    direct = AutoModelForCausalLM.from_pretrained(source.path, gguf_file=source.gguf_file,
-                                                  dtype=torch.float32)
+    direct = AutoModelForCausalLM.from_pretrained(
+        source.path, gguf_file=source.gguf_file, dtype=torch.float32
+    )
     a, b = model_fingerprint(model), model_fingerprint(direct)
     assert a == b and a["num_layers"] == 30
     assert model_fingerprint(tiny_model("llama"))["weights"] != a["weights"]

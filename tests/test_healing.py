@@ -64,8 +64,11 @@ def test_near_cuts_adapts_only_blocks_next_to_a_cut(windows):
     healed, rep = heal(model, config=cfg, plan=plan, windows=windows)
     assert rep.layers == [2, 3]
     after = healed.state_dict()
-    changed = {int(k.split(".")[2]) for k in after
-               if k.startswith("model.layers.") and not torch.equal(after[k], before[k])}
+    changed = {
+        int(k.split(".")[2])
+        for k in after
+        if k.startswith("model.layers.") and not torch.equal(after[k], before[k])
+    }
     assert changed == {2, 3}
     assert torch.equal(after["lm_head.weight"], before["lm_head.weight"])
 
@@ -80,12 +83,15 @@ def test_distillation_runs_and_needs_a_teacher(windows):
     assert rep.distill == 0.5
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(calib="none"), "needs calibration text"),
-    (dict(calib=None), "needs calibration text"),
-    (dict(distill=1.5), "distill"),
-    (dict(rank=0), "rank"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(calib="none"), "needs calibration text"),
+        (dict(calib=None), "needs calibration text"),
+        (dict(distill=1.5), "distill"),
+        (dict(rank=0), "rank"),
+    ],
+)
 def test_config_errors(bad, match):
     with pytest.raises(SwappruneError, match=match):
         HealConfig(**bad).check()
@@ -94,7 +100,9 @@ def test_config_errors(bad, match):
 def test_unknown_target_module_says_did_you_mean(windows):
     model, plan = pruned()
     with pytest.raises(SwappruneError, match="did you mean 'q_proj'"):
-        heal(model, config=HealConfig(**SMALL, target_modules=["q_prj"]), plan=plan, windows=windows)
+        heal(
+            model, config=HealConfig(**SMALL, target_modules=["q_prj"]), plan=plan, windows=windows
+        )
 
 
 def test_default_targets_find_conv1d_projections():

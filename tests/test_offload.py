@@ -9,11 +9,17 @@ from swapprune.engine.scoring import score
 
 def test_disk_offloaded_blocks_score_like_in_memory(tmp_path):
     path = save_tiny("llama", tmp_path / "m")
-    device_map = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.norm": "cpu",
-                  "lm_head": "cpu", **{f"model.layers.{i}": "cpu" for i in range(3)},
-                  **{f"model.layers.{i}": "disk" for i in range(3, 6)}}
-    offloaded = AutoModelForCausalLM.from_pretrained(path, device_map=device_map,
-                                                     offload_folder=str(tmp_path / "off")).eval()
+    device_map = {
+        "model.embed_tokens": "cpu",
+        "model.rotary_emb": "cpu",
+        "model.norm": "cpu",
+        "lm_head": "cpu",
+        **{f"model.layers.{i}": "cpu" for i in range(3)},
+        **{f"model.layers.{i}": "disk" for i in range(3, 6)},
+    }
+    offloaded = AutoModelForCausalLM.from_pretrained(
+        path, device_map=device_map, offload_folder=str(tmp_path / "off")
+    ).eval()
     assert offloaded.model.layers[4].self_attn.q_proj.weight.device.type == "meta"
     ids = tiny_ids(3, 16)
     a = score(offloaded, calibration=ids, pairs="gap:2", progress=False)

@@ -16,28 +16,67 @@ def test_prune_run_compare_and_python_agree(tmp_path):
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     for criterion in ("interchange", "replacement"):
         pruned = tmp_path / f"pruned-{criterion}"
-        assert main(["--model", model_dir, "--budget", "2", "--protocol", criterion,
-                     "--output", str(pruned), "--no-selfcheck", *SETTINGS]) == 0
+        assert (
+            main(
+                [
+                    "--model",
+                    model_dir,
+                    "--budget",
+                    "2",
+                    "--protocol",
+                    criterion,
+                    "--output",
+                    str(pruned),
+                    "--no-selfcheck",
+                    *SETTINGS,
+                ]
+            )
+            == 0
+        )
         removed = json.loads((pruned / "plan.json").read_text())["removed"]
 
         recipe = tmp_path / f"{criterion}.yaml"
-        recipe.write_text(yaml.safe_dump({
-            "model": {"name": model_dir},
-            "calibration": {"prompts": 4, "tokens": 32, "seed": 3},
-            "prune": {"budget": 2, "protocol": criterion},
-            "export": {"output": str(tmp_path / f"run-{criterion}"), "selfcheck": False},
-        }))
+        recipe.write_text(
+            yaml.safe_dump(
+                {
+                    "model": {"name": model_dir},
+                    "calibration": {"prompts": 4, "tokens": 32, "seed": 3},
+                    "prune": {"budget": 2, "protocol": criterion},
+                    "export": {"output": str(tmp_path / f"run-{criterion}"), "selfcheck": False},
+                }
+            )
+        )
         assert main(["run", str(recipe), "--no-progress"]) == 0
         ran = json.loads((tmp_path / f"run-{criterion}" / "plan.json").read_text())["removed"]
 
         cmp = tmp_path / f"cmp-{criterion}"
-        assert main(["compare", "--model", model_dir, "--budgets", "2", "--criteria", criterion,
-                     "--output", str(cmp), "--words", "100", "--max-length", "64",
-                     *SETTINGS]) == 0
+        assert (
+            main(
+                [
+                    "compare",
+                    "--model",
+                    model_dir,
+                    "--budgets",
+                    "2",
+                    "--criteria",
+                    criterion,
+                    "--output",
+                    str(cmp),
+                    "--words",
+                    "100",
+                    "--max-length",
+                    "64",
+                    *SETTINGS,
+                ]
+            )
+            == 0
+        )
         compared = json.loads((cmp / "results.json").read_text())["budgets"][0]["methods"]
-        cfg = RunConfig(model=ModelConfig(model_dir),
-                        calibration=CalibrationConfig(prompts=4, tokens=32, seed=3),
-                        prune=SelectConfig(budget=2, protocol=criterion))
+        cfg = RunConfig(
+            model=ModelConfig(model_dir),
+            calibration=CalibrationConfig(prompts=4, tokens=32, seed=3),
+            prune=SelectConfig(budget=2, protocol=criterion),
+        )
         api = swapprune.run(cfg, progress=False).plan.removed
         assert removed == ran == compared[criterion]["removed"] == api, criterion
         assert len(removed) == 2
@@ -47,21 +86,55 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     fast = ["--tokens", "32", "--max-prompts", "16", "--tranche", "8", "--no-progress"]
     out = tmp_path / "auto"
-    assert main(["--model", model_dir, "--budget", "2", "--protocol", "auto", "--output",
-                 str(out), *fast]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                model_dir,
+                "--budget",
+                "2",
+                "--protocol",
+                "auto",
+                "--output",
+                str(out),
+                *fast,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "action:" in printed and "adaptive calibration:" in printed and "cost:" in printed
     plan = json.loads((out / "plan.json").read_text())
     assert plan["protocol"] == "auto" and plan["scores"]["auto"]["regime"]["call"] in (
-        "tie-like", "divergent", "both-high")
+        "tie-like",
+        "divergent",
+        "both-high",
+    )
     assert plan["scores"]["auto"]["adaptive"]["stopped"] in ("stable", "max windows")
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["cost"]["dppl"] == json.loads((out / "metrics.json").read_text())["cost"]["dppl"]
     assert "## Regime and action (--protocol auto)" in (out / "README.md").read_text()
 
     out = tmp_path / "adaptive"
-    assert main(["--model", model_dir, "--budget", "2", "--protocol", "interchange",
-                 "--adaptive", "on", "--no-eval", "--output", str(out), *fast]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                model_dir,
+                "--budget",
+                "2",
+                "--protocol",
+                "interchange",
+                "--adaptive",
+                "on",
+                "--no-eval",
+                "--output",
+                str(out),
+                *fast,
+            ]
+        )
+        == 0
+    )
     plan = json.loads((out / "plan.json").read_text())
     assert plan["scores"]["adaptive"]["windows"] <= 16
     assert plan["scores"]["stability"]["chosen"] == plan["removed"]
@@ -75,11 +148,38 @@ def test_a_plan_or_scores_from_another_model_is_refused(tmp_path, capsys):
     assert main(["--model", a, "--budget", "1", "--output", str(out), "--no-eval", *SETTINGS]) == 0
     plan = json.loads((out / "plan.json").read_text())
     assert plan["fingerprint"]["num_layers"] == 6
-    assert main(["apply", "--plan", str(out / "plan.json"), "--model", b, "--output",
-                 str(tmp_path / "x"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "apply",
+                "--plan",
+                str(out / "plan.json"),
+                "--model",
+                b,
+                "--output",
+                str(tmp_path / "x"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "plan" in capsys.readouterr().err
-    assert main(["--model", b, "--scores", str(out / "scores.json"), "--budget", "1",
-                 "--output", str(tmp_path / "y"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "--model",
+                b,
+                "--scores",
+                str(out / "scores.json"),
+                "--budget",
+                "1",
+                "--output",
+                str(tmp_path / "y"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "scores file" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
@@ -87,12 +187,42 @@ def test_a_plan_or_scores_from_another_model_is_refused(tmp_path, capsys):
 def test_provenance_of_reused_scores_is_their_own_calibration(tmp_path):
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     scores = tmp_path / "s.json"
-    assert main(["score", "--model", model_dir, "--output", str(scores), "--prompts", "4",
-                 "--tokens", "24", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                "--model",
+                model_dir,
+                "--output",
+                str(scores),
+                "--prompts",
+                "4",
+                "--tokens",
+                "24",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "p"
     # No calibration flags: the run's own defaults (64 x 128) were never used for these scores.
-    assert main(["--model", model_dir, "--scores", str(scores), "--budget", "1", "--output",
-                 str(out), "--no-eval", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                model_dir,
+                "--scores",
+                str(scores),
+                "--budget",
+                "1",
+                "--output",
+                str(out),
+                "--no-eval",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     prov = json.loads((out / "provenance.json").read_text())
     cal = prov["invocation"]["calibration"]
     assert (cal["prompts"], cal["tokens"]) == (4, 24)

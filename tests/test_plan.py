@@ -172,8 +172,12 @@ def test_mergekit_yaml_for_merges_warns():
 
 
 def test_fingerprint_round_trips_and_old_plans_still_load(tmp_path):
-    fp = {"config": "0123456789abcdef", "weights": "fedcba9876543210", "dtype": "float32",
-          "num_layers": 6}
+    fp = {
+        "config": "0123456789abcdef",
+        "weights": "fedcba9876543210",
+        "dtype": "float32",
+        "num_layers": 6,
+    }
     plan = PrunePlan.from_removal(6, [2], fingerprint=fp)
     plan.to_json(tmp_path / "plan.json")
     assert PrunePlan.from_json(tmp_path / "plan.json").fingerprint == fp
@@ -223,8 +227,9 @@ def test_card_and_mergekit_name_the_resolved_source(tmp_path, monkeypatch):
     from swapprune.card import model_card
 
     src = _sources(tmp_path, monkeypatch)
-    plan = PrunePlan.from_removal(6, [2], fingerprint={"config": "c" * 16, "weights": "w" * 16,
-                                                       "dtype": "float32"})
+    plan = PrunePlan.from_removal(
+        6, [2], fingerprint={"config": "c" * 16, "weights": "w" * 16, "dtype": "float32"}
+    )
     for spec, source in src.items():
         card = model_card(plan, source)
         front = yaml.safe_load(card.split("---")[1])

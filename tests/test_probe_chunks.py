@@ -17,8 +17,8 @@ import torch
 from tiny_models import tiny_ids, tiny_model
 
 from swapprune import naive
-from swapprune.engine.probes import ProbeEngine, Unit
 from swapprune.engine.plans import deletion_plan, pair_probe_plans
+from swapprune.engine.probes import ProbeEngine, Unit
 from swapprune.engine.scoring import score
 
 PROTOCOLS = ("replacement", "interchange")
@@ -67,13 +67,21 @@ def test_chunked_equals_unchunked_and_naive(family, positions):
         for key in a[unit]:
             assert not np.isnan(b[unit][key]).any()
             np.testing.assert_array_equal(a[unit][key], b[unit][key])
-        plans = ({"delete": deletion_plan(L, unit.i)} if unit.j is None
-                 else pair_probe_plans(L, unit.i, unit.j, PROTOCOLS))
+        plans = (
+            {"delete": deletion_plan(L, unit.i)}
+            if unit.j is None
+            else pair_probe_plans(L, unit.i, unit.j, PROTOCOLS)
+        )
         for key, plan in plans.items():
-            ref = torch.cat([naive.kl_per_window(base, naive.plan_logits(model, plan, x), positions)
-                             for base, x in zip(bases, batches)])
-            np.testing.assert_allclose(b[unit][key], ref.double().numpy(), rtol=1e-5, atol=1e-7,
-                                       err_msg=f"{unit} {key}")
+            ref = torch.cat(
+                [
+                    naive.kl_per_window(base, naive.plan_logits(model, plan, x), positions)
+                    for base, x in zip(bases, batches)
+                ]
+            )
+            np.testing.assert_allclose(
+                b[unit][key], ref.double().numpy(), rtol=1e-5, atol=1e-7, err_msg=f"{unit} {key}"
+            )
 
 
 def test_chunk_size_follows_budget():
@@ -92,8 +100,14 @@ def test_chunk_size_follows_budget():
 def test_score_json_identical_with_tiny_cache():
     model = tiny_model("qwen2")
     ids = tiny_ids(n=6, t=10)
-    kw = dict(calibration=ids, pairs="adjacent", protocols="replacement,interchange,deletion",
-              batch_size=2, n_boot=50, progress=False)
+    kw = dict(
+        calibration=ids,
+        pairs="adjacent",
+        protocols="replacement,interchange,deletion",
+        batch_size=2,
+        n_boot=50,
+        progress=False,
+    )
     one = score(model, cache_gb=4.0, **kw)
     many = score(model, cache_gb=1e-12, **kw)
     assert one.meta["timing"]["window_chunks"] == 1

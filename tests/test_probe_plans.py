@@ -37,12 +37,21 @@ PAIR_PLANS = {
     (5, 1, 3): {"repl_ij": (0, 3, 2, 3, 4), "repl_ji": (0, 1, 2, 1, 4), "inter": (0, 3, 2, 1, 4)},
     (5, 1, 2): {"repl_ij": (0, 2, 2, 3, 4), "repl_ji": (0, 1, 1, 3, 4), "inter": (0, 2, 1, 3, 4)},
     (5, 0, 4): {"repl_ij": (4, 1, 2, 3, 4), "repl_ji": (0, 1, 2, 3, 0), "inter": (4, 1, 2, 3, 0)},
-    (6, 2, 3): {"repl_ij": (0, 1, 3, 3, 4, 5), "repl_ji": (0, 1, 2, 2, 4, 5),
-                "inter": (0, 1, 3, 2, 4, 5)},
-    (6, 1, 4): {"repl_ij": (0, 4, 2, 3, 4, 5), "repl_ji": (0, 1, 2, 3, 1, 5),
-                "inter": (0, 4, 2, 3, 1, 5)},
-    (6, 0, 5): {"repl_ij": (5, 1, 2, 3, 4, 5), "repl_ji": (0, 1, 2, 3, 4, 0),
-                "inter": (5, 1, 2, 3, 4, 0)},
+    (6, 2, 3): {
+        "repl_ij": (0, 1, 3, 3, 4, 5),
+        "repl_ji": (0, 1, 2, 2, 4, 5),
+        "inter": (0, 1, 3, 2, 4, 5),
+    },
+    (6, 1, 4): {
+        "repl_ij": (0, 4, 2, 3, 4, 5),
+        "repl_ji": (0, 1, 2, 3, 1, 5),
+        "inter": (0, 4, 2, 3, 1, 5),
+    },
+    (6, 0, 5): {
+        "repl_ij": (5, 1, 2, 3, 4, 5),
+        "repl_ji": (0, 1, 2, 3, 4, 0),
+        "inter": (5, 1, 2, 3, 4, 0),
+    },
 }
 DELETION_PLANS = {
     (5, 0): (1, 2, 3, 4),
@@ -59,7 +68,9 @@ def test_pair_plans_are_the_literal_tuples(case):
     want = PAIR_PLANS[case]
     assert pair_probe_plans(L, i, j, BOTH) == want
     assert list(pair_probe_plans(L, i, j, BOTH)) == ["repl_ij", "repl_ji", "inter"]
-    assert pair_probe_plans(L, i, j, ("replacement",)) == {k: want[k] for k in ("repl_ij", "repl_ji")}
+    assert pair_probe_plans(L, i, j, ("replacement",)) == {
+        k: want[k] for k in ("repl_ij", "repl_ji")
+    }
     assert pair_probe_plans(L, i, j, ("interchange",)) == {"inter": want["inter"]}
     assert pair_probe_plans(L, i, j, ("deletion",)) == {}
     # slot <- block, and the interchange in either argument order
@@ -84,11 +95,18 @@ def test_pair_sets_are_the_literal_lists():
     assert parse_pairs("0-3", 4) == [(0, 3)]
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("gap:0", "K must be >= 1"), ("gap:x", "integer K"), ("2-2", "same block twice"),
-    ("0-4", r"out of range: the model has 4 blocks, indices 0\.\.3"), ("1-", "bad pair '1-'"),
-    ("adjacent,0-1", "bad pair"), ("", "bad pair"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("gap:0", "K must be >= 1"),
+        ("gap:x", "integer K"),
+        ("2-2", "same block twice"),
+        ("0-4", r"out of range: the model has 4 blocks, indices 0\.\.3"),
+        ("1-", "bad pair '1-'"),
+        ("adjacent,0-1", "bad pair"),
+        ("", "bad pair"),
+    ],
+)
 def test_bad_pair_sets(spec, message):
     with pytest.raises(SwappruneError, match=message):
         parse_pairs(spec, 4)
@@ -137,17 +155,33 @@ def _naive_kl(model, ids, plan, positions):
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_engine_equals_naive_forward_of_literal_plans(family, positions):
     model, ids = tiny_model(family), tiny_ids(4, 12)
-    res = score(model, calibration=ids, pairs=[(2, 3), (1, 4), (0, 5)], positions=positions,
-                protocols="replacement,interchange,deletion", batch_size=4, n_boot=20,
-                progress=False)
-    for (i, j) in ((2, 3), (1, 4), (0, 5)):
+    res = score(
+        model,
+        calibration=ids,
+        pairs=[(2, 3), (1, 4), (0, 5)],
+        positions=positions,
+        protocols="replacement,interchange,deletion",
+        batch_size=4,
+        n_boot=20,
+        progress=False,
+    )
+    for i, j in ((2, 3), (1, 4), (0, 5)):
         for key, plan in PAIR_PLANS[(6, i, j)].items():
-            np.testing.assert_allclose(res.pairs[(i, j)][key], _naive_kl(model, ids, plan, positions),
-                                       rtol=1e-4, atol=1e-8, err_msg=f"{family} {i}-{j} {key}")
+            np.testing.assert_allclose(
+                res.pairs[(i, j)][key],
+                _naive_kl(model, ids, plan, positions),
+                rtol=1e-4,
+                atol=1e-8,
+                err_msg=f"{family} {i}-{j} {key}",
+            )
     for layer in (2, 4):
-        np.testing.assert_allclose(res.deletion[layer],
-                                   _naive_kl(model, ids, DELETION_PLANS[(6, layer)], positions),
-                                   rtol=1e-4, atol=1e-8, err_msg=f"{family} -{layer}")
+        np.testing.assert_allclose(
+            res.deletion[layer],
+            _naive_kl(model, ids, DELETION_PLANS[(6, layer)], positions),
+            rtol=1e-4,
+            atol=1e-8,
+            err_msg=f"{family} -{layer}",
+        )
     # the definitions differ on this model, so a swapped probe cannot pass by accident
     v = res.pairs[(1, 4)]
     assert len({float(v[k].mean()) for k in ("repl_ij", "repl_ji", "inter")}) == 3

@@ -20,7 +20,9 @@ IDS = tiny_ids(6, 24, seed=3)
 def naive_ppl(model, removed):
     plan = [b for b in range(6) if b not in removed]
     logits = plan_logits(model, plan, IDS)[:, :-1]
-    return math.exp(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), IDS[:, 1:].reshape(-1)).item())
+    return math.exp(
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), IDS[:, 1:].reshape(-1)).item()
+    )
 
 
 def test_oracle_cost_equals_naive_perplexity():
@@ -34,29 +36,51 @@ def test_block_influence_and_angular_match_direct_hidden_states():
     model = tiny_model("llama")
     oracle = CalibrationOracle(model, IDS, batch_size=6)
     bi, ang = oracle.similarity()
-    hs = model(input_ids=IDS, output_hidden_states=True).hidden_states  # hs[k] enters block k (k < L)
+    hs = model(
+        input_ids=IDS, output_hidden_states=True
+    ).hidden_states  # hs[k] enters block k (k < L)
     for k in range(4):
         cos = F.cosine_similarity(hs[k].double(), hs[k + 1].double(), dim=-1)
         assert bi[k] == pytest.approx((1 - cos).mean().item(), rel=1e-6)
-        assert ang[k] == pytest.approx((torch.arccos(cos.clamp(-1, 1)) / math.pi).mean().item(), rel=1e-6)
+        assert ang[k] == pytest.approx(
+            (torch.arccos(cos.clamp(-1, 1)) / math.pi).mean().item(), rel=1e-6
+        )
 
 
 def test_sleb_is_iterative_minimum_perplexity():
     model = tiny_model("llama")
-    plan, _ = plan_pruning(model, None, PruneRequest(budget=2, protocol="sleb"),
-                           calibration=Calibration(IDS, "test", 0), progress=False)
+    plan, _ = plan_pruning(
+        model,
+        None,
+        PruneRequest(budget=2, protocol="sleb"),
+        calibration=Calibration(IDS, "test", 0),
+        progress=False,
+    )
     first = min(range(6), key=lambda b: naive_ppl(model, [b]))
     second = min((b for b in range(6) if b != first), key=lambda b: naive_ppl(model, [first, b]))
     assert plan.removed == sorted([first, second])
     assert plan.strategy == "iterative"
 
 
-@pytest.mark.parametrize("protocol", ["interchange", "replacement", "deletion", "bi", "bi-greedy", "angular",
-                                      "angular-tokens", "random", "reverse"])
+@pytest.mark.parametrize(
+    "protocol",
+    [
+        "interchange",
+        "replacement",
+        "deletion",
+        "bi",
+        "bi-greedy",
+        "angular",
+        "angular-tokens",
+        "random",
+        "reverse",
+    ],
+)
 def test_every_criterion_prunes(protocol):
     model = tiny_model("gemma3_text")
-    model, plan = prune(model, tiny_tokenizer(), budget=2, protocol=protocol, prompts=4, tokens=32,
-                        progress=False)
+    model, plan = prune(
+        model, tiny_tokenizer(), budget=2, protocol=protocol, prompts=4, tokens=32, progress=False
+    )
     assert len(plan.removed) == 2 and plan.protocol == protocol
     assert model.config.num_hidden_layers == 4
     default = criteria.get(protocol).default_strategy
@@ -72,11 +96,28 @@ def test_every_criterion_prunes(protocol):
 
 def test_beam_and_merge():
     tok = tiny_tokenizer()
-    _, plan = prune(tiny_model("llama"), tok, budget=2, protocol="interchange", strategy="beam:2",
-                    prompts=4, tokens=32, progress=False)
+    _, plan = prune(
+        tiny_model("llama"),
+        tok,
+        budget=2,
+        protocol="interchange",
+        strategy="beam:2",
+        prompts=4,
+        tokens=32,
+        progress=False,
+    )
     assert 0 < plan.scores["oracle_calls"] <= 400
-    model, plan = prune(tiny_model("llama"), tok, budget=2, protocol="interchange", op="merge",
-                        merge="laco", prompts=4, tokens=32, progress=False)
+    model, plan = prune(
+        tiny_model("llama"),
+        tok,
+        budget=2,
+        protocol="interchange",
+        op="merge",
+        merge="laco",
+        prompts=4,
+        tokens=32,
+        progress=False,
+    )
     assert len(plan.kept) == 4 and sum(len(v) for v in plan.merged.values()) == 4
     assert model.config.num_hidden_layers == 4
 
@@ -112,12 +153,15 @@ def test_last_token_angular_over_spans_by_hand():
     for n in (1, 2, 3):
         want = []
         for s in range(6 - n + 1):
-            cos = F.cosine_similarity(after[s][:, -1].double(), after[s + n][:, -1].double(), dim=-1)
+            cos = F.cosine_similarity(
+                after[s][:, -1].double(), after[s + n][:, -1].double(), dim=-1
+            )
             want.append((torch.arccos(cos.clamp(-1, 1)) / math.pi).mean().item())
         got = criteria.get("angular").span_scores(ctx, n)
         np.testing.assert_allclose(got, want, rtol=1e-6)
-    plan, _ = plan_pruning(model, None, PruneRequest(budget=3, protocol="angular"),
-                           calibration=cal(), progress=False)
+    plan, _ = plan_pruning(
+        model, None, PruneRequest(budget=3, protocol="angular"), calibration=cal(), progress=False
+    )
     start = int(np.argmin(want))  # want holds the n=3 spans
     assert plan.removed == [start, start + 1, start + 2] and plan.strategy == "contiguous"
 
@@ -126,10 +170,13 @@ def test_block_influence_is_unconstrained_n_lowest():
     model = tiny_model("llama")
     hs = model(input_ids=IDS, output_hidden_states=True).hidden_states
     after = [*hs[:6], CalibrationOracle(model, IDS).caches[0].hidden[6]]
-    bi = [(1 - F.cosine_similarity(after[k].double(), after[k + 1].double(), dim=-1)).mean().item()
-          for k in range(6)]
-    plan, _ = plan_pruning(model, None, PruneRequest(budget=3, protocol="bi"),
-                           calibration=cal(), progress=False)
+    bi = [
+        (1 - F.cosine_similarity(after[k].double(), after[k + 1].double(), dim=-1)).mean().item()
+        for k in range(6)
+    ]
+    plan, _ = plan_pruning(
+        model, None, PruneRequest(budget=3, protocol="bi"), calibration=cal(), progress=False
+    )
     assert plan.removed == sorted(np.argsort(bi, kind="stable")[:3].tolist())
     np.testing.assert_allclose(plan.scores["importance"], bi, rtol=1e-6)
 
@@ -141,26 +188,36 @@ def test_taylor_by_hand():
     model.zero_grad()
     loss = model(input_ids=IDS, labels=IDS).loss  # mean CE over every predicted token
     loss.backward()
-    want = [sum(float((p.grad.double() * p.detach().double()).abs().sum()) for p in blk.parameters())
-            for blk in model.model.layers]
+    want = [
+        sum(float((p.grad.double() * p.detach().double()).abs().sum()) for p in blk.parameters())
+        for blk in model.model.layers
+    ]
     np.testing.assert_allclose(got, want, rtol=1e-4)
     assert all(p.requires_grad for p in model.parameters())  # flags restored as they were
 
 
 def test_sleb_oneshot_and_sleb_kl_by_hand():
     model = tiny_model("llama")
-    plan, _ = plan_pruning(model, None, PruneRequest(budget=2, protocol="sleb-oneshot"),
-                           calibration=cal(), progress=False)
+    plan, _ = plan_pruning(
+        model,
+        None,
+        PruneRequest(budget=2, protocol="sleb-oneshot"),
+        calibration=cal(),
+        progress=False,
+    )
     ppl = [naive_ppl(model, [b]) for b in range(6)]
     assert plan.removed == sorted(np.argsort(ppl)[:2].tolist()) and plan.strategy == "ranked"
     np.testing.assert_allclose(plan.scores["importance"], ppl, rtol=1e-5)
 
-    plan, _ = plan_pruning(model, None, PruneRequest(budget=2, protocol="sleb-kl"),
-                           calibration=cal(), progress=False)
+    plan, _ = plan_pruning(
+        model, None, PruneRequest(budget=2, protocol="sleb-kl"), calibration=cal(), progress=False
+    )
     first = min(range(6), key=lambda b: naive_kl(model, [b]))
     second = min((b for b in range(6) if b != first), key=lambda b: naive_kl(model, [first, b]))
     assert plan.scores["order"] == [first, second] and plan.strategy == "iterative"
-    np.testing.assert_allclose(plan.scores["importance"][first], naive_kl(model, [first]), rtol=1e-4)
+    np.testing.assert_allclose(
+        plan.scores["importance"][first], naive_kl(model, [first]), rtol=1e-4
+    )
 
 
 def test_weaker_contributor_breaks_the_tie_of_the_best_pair():
@@ -176,19 +233,42 @@ def test_weaker_contributor_breaks_the_tie_of_the_best_pair():
         s = ScoreResult(meta={"num_layers": 6})
         for k in range(5):
             s.pairs[(k, k + 1)] = {"inter": np.full(4, 0.01 if k == i else 1.0 + k)}
-        plan, _ = plan_pruning(model, None, PruneRequest(budget=1, protocol="interchange"),
-                               scores=s, calibration=cal(), progress=False)
+        plan, _ = plan_pruning(
+            model,
+            None,
+            PruneRequest(budget=1, protocol="interchange"),
+            scores=s,
+            calibration=cal(),
+            progress=False,
+        )
         assert plan.removed == [want]
         np.testing.assert_allclose(plan.scores["tiebreak"]["values"], g, rtol=1e-6)
 
 
 def test_ranked_pairs_and_beam_on_a_model():
     tok = tiny_tokenizer()
-    _, plan = prune(tiny_model("llama"), tok, budget=3, protocol="interchange",
-                    strategy="ranked-pairs:skip-ends", prompts=4, tokens=32, progress=False)
+    _, plan = prune(
+        tiny_model("llama"),
+        tok,
+        budget=3,
+        protocol="interchange",
+        strategy="ranked-pairs:skip-ends",
+        prompts=4,
+        tokens=32,
+        progress=False,
+    )
     assert 0 not in plan.removed and 5 not in plan.removed and len(plan.removed) == 3
-    _, plan = prune(tiny_model("llama"), tok, budget=2, protocol="bi", strategy="beam:2",
-                    prompts=4, tokens=32, progress=False, beam_seeds=3)
+    _, plan = prune(
+        tiny_model("llama"),
+        tok,
+        budget=2,
+        protocol="bi",
+        strategy="beam:2",
+        prompts=4,
+        tokens=32,
+        progress=False,
+        beam_seeds=3,
+    )
     sel = plan.scores["selection"]
     # 3 seeds, then 2 beams x 5 other blocks, minus the one set both beams reach
     assert plan.scores["strategy_oracle_calls"] == 3 + 2 * 5 - 1
@@ -198,10 +278,13 @@ def test_ranked_pairs_and_beam_on_a_model():
 def test_a_strategy_input_the_criterion_lacks_fails_before_any_model_work():
     from swapprune.errors import SwappruneError
 
-    with pytest.raises(SwappruneError, match="needs pair table.*criteria that can: interchange, replacement"):
+    with pytest.raises(
+        SwappruneError, match="needs pair table.*criteria that can: interchange, replacement"
+    ):
         PruneRequest(budget=2, protocol="bi", strategy="ranked-pairs").resolve()
     with pytest.raises(SwappruneError, match="needs rescore.*sleb"):
         PruneRequest(budget=2, protocol="interchange", strategy="iterative").resolve()
-    crit, strategy = PruneRequest(budget=2, protocol="bi", strategy="beam:4", beam_calls=50,
-                                  beam_seeds=5).resolve()
+    crit, strategy = PruneRequest(
+        budget=2, protocol="bi", strategy="beam:4", beam_calls=50, beam_seeds=5
+    ).resolve()
     assert (strategy.width, strategy.max_calls, strategy.seeds) == (4, 50, 5)

@@ -27,8 +27,9 @@ def test_quantize_round_trip(tmp_path, scheme):
     assert not torch.equal(quant, ref)
     assert (quant - ref).abs().max() < 0.5 * ref.abs().max()
     out = tmp_path / "quantized"
-    check = save_quantized(model, tiny_tokenizer(), out, config=cfg, provenance={"test": 1},
-                           check_ids=ids)
+    check = save_quantized(
+        model, tiny_tokenizer(), out, config=cfg, provenance={"test": 1}, check_ids=ids
+    )
     assert check["passed"]
     assert (out / "quanto_qmap.json").is_file() and (out / "tokenizer.json").is_file()
     assert "QuantizedModelForCausalLM.from_pretrained" in (out / "README.md").read_text()
@@ -40,7 +41,9 @@ def test_quantize_round_trip(tmp_path, scheme):
 
 
 def test_unknown_scheme_fails_before_work():
-    with pytest.raises(SwappruneError, match="unknown quantization scheme 'int3'.*known: int4, int8"):
+    with pytest.raises(
+        SwappruneError, match="unknown quantization scheme 'int3'.*known: int4, int8"
+    ):
         QuantizeConfig(scheme="int3").check()
 
 

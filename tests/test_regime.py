@@ -18,8 +18,10 @@ def table(d_repl, d_inter, n=8, layers=5, noise=0.0, seed=0):
     rng = np.random.default_rng(seed)
     pairs = {}
     for i in range(layers - 1):
+
         def w(x):
             return x * (1 + noise * rng.standard_normal(n)) if noise else np.full(n, x)
+
         pairs[(i, i + 1)] = {"repl_ij": w(d_repl), "repl_ji": w(d_repl) * 0.5, "inter": w(d_inter)}
     return pairs
 
@@ -32,8 +34,8 @@ def table(d_repl, d_inter, n=8, layers=5, noise=0.0, seed=0):
         (0.55, R.HIGH, "both-high"),
         (0.55, 0.099, "divergent"),
         # the I/R band (0.7), replacement well above the floor
-        (0.13, 0.0896, "divergent"),   # I/R 0.689
-        (0.12, 0.0845, "tie-like"),    # I/R 0.704
+        (0.13, 0.0896, "divergent"),  # I/R 0.689
+        (0.12, 0.0845, "tie-like"),  # I/R 0.704
         # the replacement floor (0.05), I/R 0.2
         (0.051, 0.0102, "divergent"),
         (0.049, 0.0098, "tie-like"),
@@ -52,7 +54,11 @@ def test_each_side_of_every_band(d_repl, d_inter, expected):
 
 def test_adjacent_pairs_decide_when_present():
     pairs = table(0.5, 0.05)
-    pairs[(0, 2)] = {"repl_ij": np.full(8, 5.0), "repl_ji": np.full(8, 5.0), "inter": np.full(8, 4.0)}
+    pairs[(0, 2)] = {
+        "repl_ij": np.full(8, 5.0),
+        "repl_ji": np.full(8, 5.0),
+        "inter": np.full(8, 4.0),
+    }
     pairs[(1, 3)] = dict(pairs[(0, 2)])
     pairs[(2, 4)] = dict(pairs[(0, 2)])
     r = R.regime(pairs)
@@ -79,8 +85,14 @@ def test_unmeasured_windows_are_skipped():
 def test_score_json_keeps_its_keys_and_adds_confidence():
     s = ScoreResult(meta={"num_layers": 5, "positions": "all"}, pairs=table(0.5, 0.05), n_boot=50)
     reg = s.to_dict()["summary"]["regime"]
-    for key in ("call", "advice", "median_replacement", "median_interchange", "median_ir",
-                "confidence"):
+    for key in (
+        "call",
+        "advice",
+        "median_replacement",
+        "median_interchange",
+        "median_ir",
+        "confidence",
+    ):
         assert key in reg
     assert reg["call"] == "divergent" and reg["confidence"] == 1.0
     assert "positions=all" in reg["note"]

@@ -15,8 +15,14 @@ from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
 
 # 6 windows in batches of 2 under a tiny cache budget: 3 window chunks.
-KW = dict(pairs="0-1,2-4,4-5", protocols="replacement,interchange,deletion", batch_size=2,
-          cache_gb=1e-12, n_boot=40, progress=False)
+KW = dict(
+    pairs="0-1,2-4,4-5",
+    protocols="replacement,interchange,deletion",
+    batch_size=2,
+    cache_gb=1e-12,
+    n_boot=40,
+    progress=False,
+)
 UNITS = 3 + 6  # pairs + deletion layers
 
 
@@ -146,18 +152,23 @@ def test_resume_refuses_other_settings(model, ids, reference, tmp_path):
     msg = _refused(out, r"different settings \(model: weights", **dict(base, model=other))
     assert str(out) in msg
     _refused(out, r"model: config", **dict(base, model=tiny_model("mistral")))
-    _refused(out, r"model: dtype float32 vs float64",
-             **dict(base, model=tiny_model("llama").double()))
+    _refused(
+        out, r"model: dtype float32 vs float64", **dict(base, model=tiny_model("llama").double())
+    )
     _refused(out, r"positions 'all' vs 'last'", **dict(base, positions="last"))
     _refused(out, r"calibration tokens 12 vs 10", **dict(base, calibration=ids[:, :10]))
     _refused(out, r"calibration prompts 6 vs 4", **dict(base, calibration=ids[:4]))
-    _refused(out, r"calibration sha256",
-             **dict(base, calibration=tiny_ids(6, 12, seed=5)))
+    _refused(out, r"calibration sha256", **dict(base, calibration=tiny_ids(6, 12, seed=5)))
     from swapprune.calibration import Calibration
 
-    _refused(out, r"calibration seed 0 vs 3", **dict(base, calibration=Calibration(ids, "tensor", 3)))
-    _refused(out, r"calibration source 'tensor' vs 'other'",
-             **dict(base, calibration=Calibration(ids, "other", 0)))
+    _refused(
+        out, r"calibration seed 0 vs 3", **dict(base, calibration=Calibration(ids, "tensor", 3))
+    )
+    _refused(
+        out,
+        r"calibration source 'tensor' vs 'other'",
+        **dict(base, calibration=Calibration(ids, "other", 0)),
+    )
 
 
 def test_resume_refuses_a_corrupt_file(model, ids, reference, tmp_path):
@@ -214,8 +225,11 @@ def test_file_without_fingerprint_is_matched_by_model_name(model, ids, reference
     assert res.meta["timing"]["units_probed"] == 0
     old["model"] = "another/model"
     out.write_text(json.dumps(old))
-    _refused(out, "model 'another/model' vs 'LlamaForCausalLM'",
-             **dict(KW, model=model, calibration=ids, out=out))
+    _refused(
+        out,
+        "model 'another/model' vs 'LlamaForCausalLM'",
+        **dict(KW, model=model, calibration=ids, out=out),
+    )
 
 
 def test_same_model_under_another_name_resumes(model, ids, reference, tmp_path):
@@ -225,8 +239,9 @@ def test_same_model_under_another_name_resumes(model, ids, reference, tmp_path):
     assert res.meta["timing"]["units_probed"] == 0 and res.meta["model"] == "/abs/path/model"
 
 
-def test_partial_units_restart_when_the_batch_size_changes(model, ids, reference, tmp_path,
-                                                          monkeypatch):
+def test_partial_units_restart_when_the_batch_size_changes(
+    model, ids, reference, tmp_path, monkeypatch
+):
     out = tmp_path / "scores.json"
     _stop_after(monkeypatch, 5, out, [])
     with pytest.raises(_Killed):
@@ -246,12 +261,18 @@ def _sharded_worker(rank: int, port: int, out: str, flags: str) -> None:
 
     from swapprune.engine.sharding import score_sharded
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     torch.set_num_threads(1)
     try:
-        score_sharded(tiny_model("llama"), out=out, calibration=tiny_ids(4, 8), pairs="0-1",
-                      progress=False)
+        score_sharded(
+            tiny_model("llama"), out=out, calibration=tiny_ids(4, 8), pairs="0-1", progress=False
+        )
         Path(flags, f"rank{rank}").write_text("ran")
     except SwappruneError as e:
         Path(flags, f"rank{rank}").write_text(str(e))

@@ -19,9 +19,21 @@ from swapprune.naive import kl_per_window, plan_logits
 PAIRS = [(1, 2), (0, 3), (2, 4)]
 # The plans for L=6, written out (slot <- block for replacement; see test_probe_plans.py).
 PLANS = {
-    (1, 2): {"repl_ij": (0, 2, 2, 3, 4, 5), "repl_ji": (0, 1, 1, 3, 4, 5), "inter": (0, 2, 1, 3, 4, 5)},
-    (0, 3): {"repl_ij": (3, 1, 2, 3, 4, 5), "repl_ji": (0, 1, 2, 0, 4, 5), "inter": (3, 1, 2, 0, 4, 5)},
-    (2, 4): {"repl_ij": (0, 1, 4, 3, 4, 5), "repl_ji": (0, 1, 2, 3, 2, 5), "inter": (0, 1, 4, 3, 2, 5)},
+    (1, 2): {
+        "repl_ij": (0, 2, 2, 3, 4, 5),
+        "repl_ji": (0, 1, 1, 3, 4, 5),
+        "inter": (0, 2, 1, 3, 4, 5),
+    },
+    (0, 3): {
+        "repl_ij": (3, 1, 2, 3, 4, 5),
+        "repl_ji": (0, 1, 2, 0, 4, 5),
+        "inter": (3, 1, 2, 0, 4, 5),
+    },
+    (2, 4): {
+        "repl_ij": (0, 1, 4, 3, 4, 5),
+        "repl_ji": (0, 1, 2, 3, 2, 5),
+        "inter": (0, 1, 4, 3, 2, 5),
+    },
 }
 DELETIONS = {0: (1, 2, 3, 4, 5), 3: (0, 1, 2, 4, 5)}
 
@@ -35,24 +47,43 @@ def _naive(model, ids, plan, positions):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_probes_equal_naive_definition(family, positions):
     model, ids = tiny_model(family), tiny_ids(5, 20)
-    res = score(model, calibration=ids, pairs=PAIRS, positions=positions,
-                protocols="replacement,interchange,deletion", batch_size=5, progress=False)
+    res = score(
+        model,
+        calibration=ids,
+        pairs=PAIRS,
+        positions=positions,
+        protocols="replacement,interchange,deletion",
+        batch_size=5,
+        progress=False,
+    )
     for pair in PAIRS:
         v = res.pairs[pair]
         assert set(v) == set(PLANS[pair])
         for key, plan in PLANS[pair].items():
-            np.testing.assert_allclose(v[key], _naive(model, ids, plan, positions), rtol=1e-5,
-                                       atol=1e-9, err_msg=f"{family} {pair} {key}")
+            np.testing.assert_allclose(
+                v[key],
+                _naive(model, ids, plan, positions),
+                rtol=1e-5,
+                atol=1e-9,
+                err_msg=f"{family} {pair} {key}",
+            )
     for layer, plan in DELETIONS.items():
-        np.testing.assert_allclose(res.deletion[layer], _naive(model, ids, plan, positions),
-                                   rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(
+            res.deletion[layer], _naive(model, ids, plan, positions), rtol=1e-5, atol=1e-9
+        )
 
 
 def test_json_contract_and_ratios(tmp_path):
     model, ids = tiny_model("gemma3_text"), tiny_ids(6, 16)
     out = tmp_path / "scores.json"
-    res = score(model, calibration=ids, pairs="gap:3", protocols="replacement,interchange,deletion",
-                out=out, progress=False)
+    res = score(
+        model,
+        calibration=ids,
+        pairs="gap:3",
+        protocols="replacement,interchange,deletion",
+        out=out,
+        progress=False,
+    )
     data = json.loads(out.read_text())
     for key in ("model", "num_layers", "positions", "calibration", "pairs", "deletion", "summary"):
         assert key in data
@@ -143,14 +174,20 @@ class TestArtifact:
 
     @staticmethod
     def result(n_boot=200):
-        res = ScoreResult(meta={"num_layers": 4, "positions": "last",
-                                "layer_types": ["sliding_attention", "full_attention"] * 2},
-                          n_boot=n_boot, seed=1)
+        res = ScoreResult(
+            meta={
+                "num_layers": 4,
+                "positions": "last",
+                "layer_types": ["sliding_attention", "full_attention"] * 2,
+            },
+            n_boot=n_boot,
+            seed=1,
+        )
         w = np.array([0.1, 0.2, 0.3, 0.4])
-        res.pairs[(0, 1)] = {"repl_ij": w * 2, "repl_ji": w * 3, "inter": w}        # 0.5, 0.75
-        res.pairs[(1, 2)] = {"repl_ij": w * 4, "repl_ji": w, "inter": w * 3}        # 1.0, 0.25
-        res.pairs[(0, 2)] = {"repl_ij": w, "repl_ji": w, "inter": w * 2}            # gap 2
-        res.pairs[(2, 3)] = {"repl_ij": w * 0, "repl_ji": w * 0, "inter": w}        # d_repl 0
+        res.pairs[(0, 1)] = {"repl_ij": w * 2, "repl_ji": w * 3, "inter": w}  # 0.5, 0.75
+        res.pairs[(1, 2)] = {"repl_ij": w * 4, "repl_ji": w, "inter": w * 3}  # 1.0, 0.25
+        res.pairs[(0, 2)] = {"repl_ij": w, "repl_ji": w, "inter": w * 2}  # gap 2
+        res.pairs[(2, 3)] = {"repl_ij": w * 0, "repl_ji": w * 0, "inter": w}  # d_repl 0
         res.deletion[1] = w * 5
         res.deletion[0] = w / 5
         return res
@@ -176,8 +213,9 @@ class TestArtifact:
         assert dele.protocols() == ["deletion"] and dele.num_windows() == 5
         assert ScoreResult(meta={"num_layers": 2}).num_windows() == 0
         assert ScoreResult(meta={"num_layers": 2}).protocols() == []
-        repl = ScoreResult(meta={"num_layers": 2},
-                           pairs={(0, 1): {"repl_ij": np.ones(2), "repl_ji": np.ones(2)}})
+        repl = ScoreResult(
+            meta={"num_layers": 2}, pairs={(0, 1): {"repl_ij": np.ones(2), "repl_ji": np.ones(2)}}
+        )
         assert repl.protocols() == ["replacement"]
         with pytest.raises(SwappruneError, match="interchange was not scored"):
             repl.distance("interchange", 0, 1)
@@ -185,8 +223,12 @@ class TestArtifact:
     def test_rows(self):
         d = self.result().to_dict()
         assert d["schema"] == "swapprune.engine.scores/1" and d["positions"] == "last"
-        assert d["bootstrap"] == {"resamples": 200, "seed": 1, "unit": "window",
-                                  "interval": "95% percentile"}
+        assert d["bootstrap"] == {
+            "resamples": 200,
+            "seed": 1,
+            "unit": "window",
+            "interval": "95% percentile",
+        }
         assert [(r["i"], r["j"]) for r in d["pairs"]] == [(0, 1), (0, 2), (1, 2), (2, 3)]
         r = d["pairs"][0]
         assert r["gap"] == 1 and r["types"] == ["sliding_attention", "full_attention"]
@@ -194,8 +236,10 @@ class TestArtifact:
         rep = r["replacement"]
         assert rep["distance"] == pytest.approx(0.75) and rep["mean"] == pytest.approx(0.625)
         assert rep["directed"] == pytest.approx([0.5, 0.75])
-        assert rep["per_window"] == [pytest.approx([0.2, 0.4, 0.6, 0.8]),
-                                     pytest.approx([0.3, 0.6, 0.9, 1.2])]
+        assert rep["per_window"] == [
+            pytest.approx([0.2, 0.4, 0.6, 0.8]),
+            pytest.approx([0.3, 0.6, 0.9, 1.2]),
+        ]
         lo, hi = rep["ci"]
         assert 0.3 <= lo < 0.75 < hi <= 1.2
         (alo, ahi), (blo, bhi) = rep["directed_ci"]
@@ -226,7 +270,9 @@ class TestArtifact:
         assert g1["mean_gap_diff"] == pytest.approx((0.5 + 0.25 - 0.25) / 3)
         assert g1["fraction_inter_le_repl"] == pytest.approx(2 / 3)
         assert g2["median_replacement"] == pytest.approx(0.25)
-        assert g2["median_interchange"] == pytest.approx(0.5) and g2["median_ir"] == pytest.approx(2)
+        assert g2["median_interchange"] == pytest.approx(0.5) and g2["median_ir"] == pytest.approx(
+            2
+        )
         assert g2["fraction_inter_le_repl"] == 0.0
         rank = s["ranking"]
         assert [(x["i"], x["j"]) for x in rank["interchange"]] == [(0, 1), (2, 3), (0, 2), (1, 2)]

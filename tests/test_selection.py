@@ -76,7 +76,9 @@ def test_iterative_rescoring():
         imp[removed] = np.inf
         return imp
 
-    got = get_strategy("iterative").select(np.arange(6, dtype=float), 3, Constraints(6), rescore=rescore)
+    got = get_strategy("iterative").select(
+        np.arange(6, dtype=float), 3, Constraints(6), rescore=rescore
+    )
     assert got == [0, 4, 5] and calls == [[0], [0, 5]]
 
 
@@ -132,14 +134,24 @@ def test_tiebreak_orders_equal_importance():
     assert pick("ranked", imp, 1) == [1]  # index
     got = get_strategy("ranked").select(imp, 1, Constraints(4), tiebreak=np.array([0, 2.0, 1.0, 0]))
     assert got == [2]  # the weaker contributor
-    assert get_strategy("greedy").select(imp, 2, Constraints(4), tiebreak=np.array([0, 2.0, 1.0, 0])) == [0, 2]
+    assert get_strategy("greedy").select(
+        imp, 2, Constraints(4), tiebreak=np.array([0, 2.0, 1.0, 0])
+    ) == [0, 2]
 
 
 # The paper's Llama-3.1-8B logic: adjacent pairs ranked by distance, lower index of each,
 # no adjacency constraint, first and last blocks skipped -> a contiguous run.
-LLAMA_LIKE = {(0, 1): 0.0001, (24, 25): 0.0016, (25, 26): 0.0014, (26, 27): 0.0018,
-              (22, 23): 0.0019, (23, 24): 0.0021, (30, 31): 0.0392, (10, 11): 0.0025,
-              (29, 30): 0.0034}
+LLAMA_LIKE = {
+    (0, 1): 0.0001,
+    (24, 25): 0.0016,
+    (25, 26): 0.0014,
+    (26, 27): 0.0018,
+    (22, 23): 0.0019,
+    (23, 24): 0.0021,
+    (30, 31): 0.0392,
+    (10, 11): 0.0025,
+    (29, 30): 0.0034,
+}
 
 
 def test_ranked_pairs_on_a_llama_like_table():
@@ -188,7 +200,9 @@ def test_every_strategy_declares_known_inputs_and_a_line():
     for name in STRATEGIES.names():
         cls = STRATEGIES.get(name)
         assert set(cls.needs) | set(cls.wants) <= set(INPUTS), name
-    assert get_strategy("beam").needs == {"oracle"} and get_strategy("iterative").needs == {"rescore"}
+    assert get_strategy("beam").needs == {"oracle"} and get_strategy("iterative").needs == {
+        "rescore"
+    }
     assert get_strategy("ranked-pairs").needs == {"pair_table"}
     assert get_strategy("beam").queries_model and not get_strategy("ranked-pairs").queries_model
     lines = dict(describe())

@@ -40,8 +40,9 @@ def pruned():
 
 
 def _save(model, plan, out, **kw):
-    return save_checkpoint(model, None, plan, out, provenance={"command": "pytest"},
-                           base_model_id="tiny/model", **kw)
+    return save_checkpoint(
+        model, None, plan, out, provenance={"command": "pytest"}, base_model_id="tiny/model", **kw
+    )
 
 
 def _patch_reload(monkeypatch, change):

@@ -68,13 +68,20 @@ def test_unstable_selection_warns_with_the_fix():
 
 
 def test_interchange_pairs_and_protected_blocks():
-    pairs = {(i, i + 1): {"repl_ij": np.full(N, 1.0), "repl_ji": np.full(N, 1.0),
-                          "inter": np.full(N, 0.5 + i)} for i in range(L - 1)}
+    pairs = {
+        (i, i + 1): {
+            "repl_ij": np.full(N, 1.0),
+            "repl_ji": np.full(N, 1.0),
+            "inter": np.full(N, 0.5 + i),
+        }
+        for i in range(L - 1)
+    }
     scores = ScoreResult(meta={"num_layers": L}, pairs=pairs)
     st = selection_stability(scores, "interchange", "greedy", 1, n_boot=100)
     assert st.frequency == 1.0 and st.chosen[0] in (0, 1)
-    st = selection_stability(scores, "interchange", "greedy", 1, Constraints(L, protect_first=2),
-                             n_boot=100)
+    st = selection_stability(
+        scores, "interchange", "greedy", 1, Constraints(L, protect_first=2), n_boot=100
+    )
     assert st.chosen == [2] and st.inclusion[2] == 1.0
 
 
@@ -93,13 +100,19 @@ def test_plan_stability_uses_the_plans_tiebreak():
     from swapprune.stability import plan_stability
 
     inter = [1.0, 0.9, 0.1, 0.8, 1.2]  # pair (2, 3): blocks 2 and 3 tie in every resample
-    pairs = {(i, i + 1): {"repl_ij": np.full(N, 1.0), "repl_ji": np.full(N, 1.0),
-                          "inter": np.full(N, inter[i]) * np.linspace(0.9, 1.1, N)}
-             for i in range(L - 1)}
+    pairs = {
+        (i, i + 1): {
+            "repl_ij": np.full(N, 1.0),
+            "repl_ji": np.full(N, 1.0),
+            "inter": np.full(N, inter[i]) * np.linspace(0.9, 1.1, N),
+        }
+        for i in range(L - 1)
+    }
     scores = ScoreResult(meta={"num_layers": L}, pairs=pairs)
     tb = {"rule": "residual", "values": [5.0, 4.0, 3.0, 1.0, 2.0, 6.0]}  # block 3 is weaker
-    plan = PrunePlan.from_removal(L, [3], budget=1, protocol="interchange", strategy="greedy",
-                                  scores={"tiebreak": tb})
+    plan = PrunePlan.from_removal(
+        L, [3], budget=1, protocol="interchange", strategy="greedy", scores={"tiebreak": tb}
+    )
     st = plan_stability(plan, scores, n_boot=100)
     assert st.chosen == [3] and st.frequency == 1.0
     plan.scores = {}

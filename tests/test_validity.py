@@ -34,26 +34,35 @@ def test_spearman_by_hand():
 
 def naive_ppl(model, removed, ids):
     logits = plan_logits(model, [b for b in range(6) if b not in removed], ids)[:, :-1]
-    return math.exp(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)).item())
+    return math.exp(
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)).item()
+    )
 
 
 def test_validity_on_a_tiny_model(tmp_path):
     model = tiny_model("llama", seed=1)
     names = ["interchange", "bi", "angular", "sleb", "sleb-kl", "taylor", "random"]
-    res = predictor_validity(model, calibration=Calibration(IDS, "test", 0), criteria=names, n_boot=200)
+    res = predictor_validity(
+        model, calibration=Calibration(IDS, "test", 0), criteria=names, n_boot=200
+    )
     base = naive_ppl(model, [], IDS)
     want = [naive_ppl(model, [b], IDS) / base - 1 for b in range(6)]
     np.testing.assert_allclose(res["deletion_cost"]["per_layer"], want, rtol=1e-4)
     rows = res["criteria"]
     assert list(rows) == names
     # SLEB's removability is the target itself on the same windows: rho = 1 in every resample
-    assert rows["sleb"]["spearman"] == pytest.approx(1) and rows["sleb"]["ci"] == pytest.approx([1, 1])
+    assert rows["sleb"]["spearman"] == pytest.approx(1) and rows["sleb"]["ci"] == pytest.approx(
+        [1, 1]
+    )
     # each criterion's removability is what the criterion itself computes
     oracle = CalibrationOracle(model, IDS)
     ctx = criteria.Context(num_layers=6, oracle=oracle)
-    np.testing.assert_allclose(rows["bi"]["removability"], criteria.get("bi").importance(ctx), rtol=1e-9)
-    np.testing.assert_allclose(rows["angular"]["removability"], criteria.get("angular").importance(ctx),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        rows["bi"]["removability"], criteria.get("bi").importance(ctx), rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        rows["angular"]["removability"], criteria.get("angular").importance(ctx), rtol=1e-9
+    )
     for name, r in rows.items():
         lo, hi = r["ci"]
         assert -1 <= lo <= hi <= 1, name
@@ -71,8 +80,9 @@ def test_validity_on_a_tiny_model(tmp_path):
 def test_held_out_target_and_bad_names():
     model = tiny_model("llama", seed=1)
     target = Calibration(tiny_ids(8, 24, seed=9), "held-out", 0)
-    res = predictor_validity(model, calibration=Calibration(IDS, "test", 0), criteria=["sleb"],
-                             target=target, n_boot=100)
+    res = predictor_validity(
+        model, calibration=Calibration(IDS, "test", 0), criteria=["sleb"], target=target, n_boot=100
+    )
     assert res["target_is_calibration"] is False
     assert "independently" in res["criteria"]["sleb"]["resampled"]
     base = naive_ppl(model, [], target.input_ids)

@@ -52,17 +52,35 @@ FAMILY_CONFIGS: dict[str, dict] = {
     ),
     "phi3": dict(_COMMON, pad_token_id=0),
     "gpt2": dict(
-        n_embd=32, n_layer=LAYERS, n_head=4, n_positions=256, vocab_size=VOCAB,
-        bos_token_id=1, eos_token_id=2,
+        n_embd=32,
+        n_layer=LAYERS,
+        n_head=4,
+        n_positions=256,
+        vocab_size=VOCAB,
+        bos_token_id=1,
+        eos_token_id=2,
     ),
     "gpt_neox": dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
-        vocab_size=VOCAB, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
     ),
     "opt": dict(
-        hidden_size=32, ffn_dim=64, num_hidden_layers=LAYERS, num_attention_heads=4,
-        vocab_size=VOCAB, max_position_embeddings=256, word_embed_proj_dim=32,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        hidden_size=32,
+        ffn_dim=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+        word_embed_proj_dim=32,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
     ),
 }
 
@@ -106,7 +124,11 @@ def tiny_tokenizer():
     tok.decoder = decoders.Fuse()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
     )
 
 

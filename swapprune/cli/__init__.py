@@ -48,14 +48,24 @@ def _module(command: str):
 
 def build_parser() -> Parser:
     """The full parser, with one sub-parser per command."""
-    parser = Parser(prog="swapprune", description="Protocol-aware depth pruning of transformer "
-                    "language models with swap-KL probes.", epilog=EPILOG, formatter_class=Formatter)
+    parser = Parser(
+        prog="swapprune",
+        description="Protocol-aware depth pruning of transformer "
+        "language models with swap-KL probes.",
+        epilog=EPILOG,
+        formatter_class=Formatter,
+    )
     parser.add_argument("--version", action="version", version=f"swapprune {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (_, text) in COMMANDS.items():
         mod = _module(name)
-        p = sub.add_parser(name, help=text, description=text, epilog=getattr(mod, "EPILOG", None),
-                           formatter_class=Formatter)
+        p = sub.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=getattr(mod, "EPILOG", None),
+            formatter_class=Formatter,
+        )
         mod.add_arguments(p)
         parser.commands[name] = p
     return parser
@@ -86,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
     missing = check_required(args)
     if missing:
-        print(f"swapprune {args.command}: error: {missing} is required; see "
-              f"'swapprune {args.command} --help'", file=sys.stderr)
+        print(
+            f"swapprune {args.command}: error: {missing} is required; see "
+            f"'swapprune {args.command} --help'",
+            file=sys.stderr,
+        )
         return 2
     try:
         return _module(args.command).run(args) or 0

@@ -23,9 +23,12 @@ def run(args) -> int:
     from swapprune.cli.summary import print_prune_summary
     from swapprune.pipeline import run as run_pipeline
 
-    cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
-                    prune=SelectConfig(plan=args.plan),
-                    export=section_from(args, ExportConfig, "export"), cost=cost_from(args))
+    cfg = RunConfig(
+        model=section_from(args, ModelConfig, "model"),
+        prune=SelectConfig(plan=args.plan),
+        export=section_from(args, ExportConfig, "export"),
+        cost=cost_from(args),
+    )
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
     print_prune_summary(res)
     return 0

@@ -25,8 +25,15 @@ def add_arguments(p) -> None:
     add_section(p, CalibrationConfig, "calibration")
     add_section(p, CompareConfig, "compare", title="comparison", required=("output",))
     add_section(p, ScoreConfig, "score", title="probes", skip=("probes", "pairs", "output"))
-    add_section(p, EvalConfig, "eval", title="evaluation", prefix="eval",
-                prefixed=("batch_size", "bootstrap"), skip=("output",))
+    add_section(
+        p,
+        EvalConfig,
+        "eval",
+        title="evaluation",
+        prefix="eval",
+        prefixed=("batch_size", "bootstrap"),
+        skip=("output",),
+    )
     add_common(p)
 
 
@@ -36,16 +43,21 @@ def run(args) -> int:
     from swapprune.compare import CompareJob, run_compare
 
     job = CompareJob(
-        run=RunConfig(model=section_from(args, ModelConfig, "model"),
-                      calibration=section_from(args, CalibrationConfig, "calibration"),
-                      score=section_from(args, ScoreConfig, "score"),
-                      eval=section_from(args, EvalConfig, "eval")),
-        compare=section_from(args, CompareConfig, "compare"))
+        run=RunConfig(
+            model=section_from(args, ModelConfig, "model"),
+            calibration=section_from(args, CalibrationConfig, "calibration"),
+            score=section_from(args, ScoreConfig, "score"),
+            eval=section_from(args, EvalConfig, "eval"),
+        ),
+        compare=section_from(args, CompareConfig, "compare"),
+    )
     res = run_compare(job, progress=not args.no_progress)
     out = Path(job.compare.output)
     print((out / "results.md").read_text())
     t = res["timing"]
     print(f"scoring {t['score_s']:.0f}s, total {t['total_s']:.0f}s; wrote {out}/results.json")
-    print(f"next: swapprune --budget {job.compare.budgets[0]} --protocol "
-          f"{job.compare.criteria[0]} --output pruned/   # write the checkpoint you chose")
+    print(
+        f"next: swapprune --budget {job.compare.budgets[0]} --protocol "
+        f"{job.compare.criteria[0]} --output pruned/   # write the checkpoint you chose"
+    )
     return 0

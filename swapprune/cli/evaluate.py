@@ -15,8 +15,12 @@ wikitext2_ppl is the paper's matched contract (WikiText-2 test, first 5000 words
 def add_arguments(p) -> None:
     add_section(p, ModelConfig, "model")
     add_section(p, EvalConfig, "eval", title="evaluation", required=("output",))
-    p.add_argument("--baseline", default=None, metavar="EVAL_JSON",
-                   help="an earlier eval JSON of the unpruned model: print the change against it")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="EVAL_JSON",
+        help="an earlier eval JSON of the unpruned model: print the change against it",
+    )
     add_common(p)
 
 
@@ -38,8 +42,9 @@ def run(args) -> int:
             raise SwappruneError(f"cannot read --baseline {args.baseline}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
             raise SwappruneError(f"--baseline {args.baseline} is not an eval JSON ({e})") from None
-    cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
-                    eval=section_from(args, EvalConfig, "eval"))
+    cfg = RunConfig(
+        model=section_from(args, ModelConfig, "model"), eval=section_from(args, EvalConfig, "eval")
+    )
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
     print_eval_summary(res, baseline)
     return 0

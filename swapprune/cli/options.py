@@ -46,7 +46,6 @@ class Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {message}{hint}", file=sys.stderr)
         raise SystemExit(2)
 
-
     def _all_actions(self) -> list[argparse.Action]:
         actions = list(self._actions)
         for a in self._actions:
@@ -69,8 +68,8 @@ def _csv(kind):
             return [kind(x.strip()) for x in text.split(",") if x.strip()]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected comma-separated {'integers' if kind is int else 'values'}, got "
-                f"'{text}'") from None
+                f"expected comma-separated {'integers' if kind is int else 'values'}, got '{text}'"
+            ) from None
 
     return parse
 
@@ -102,10 +101,18 @@ def _default_text(default: Any) -> str:
     return f" (default: {default})"
 
 
-def add_section(parser: argparse.ArgumentParser, cls, section: str, *, title: str | None = None,
-                prefix: str = "", prefixed: tuple[str, ...] | None = None,
-                skip: tuple[str, ...] = (), required: tuple[str, ...] = (),
-                defaults: dict[str, Any] | None = None) -> None:
+def add_section(
+    parser: argparse.ArgumentParser,
+    cls,
+    section: str,
+    *,
+    title: str | None = None,
+    prefix: str = "",
+    prefixed: tuple[str, ...] | None = None,
+    skip: tuple[str, ...] = (),
+    required: tuple[str, ...] = (),
+    defaults: dict[str, Any] | None = None,
+) -> None:
     """Add one argument per CLI field of dataclass ``cls``, stored as ``section.field``.
 
     Args:
@@ -167,8 +174,15 @@ def add_section(parser: argparse.ArgumentParser, cls, section: str, *, title: st
             if alias.startswith("--"):
                 nargs = 0 if tp is bool else None
                 extra = {} if tp is bool else {"type": kwargs["type"]}
-                group.add_argument(alias, dest=dest, action=_Deprecated, new=flag, nargs=nargs,
-                                   help=argparse.SUPPRESS, **extra)
+                group.add_argument(
+                    alias,
+                    dest=dest,
+                    action=_Deprecated,
+                    new=flag,
+                    nargs=nargs,
+                    help=argparse.SUPPRESS,
+                    **extra,
+                )
 
 
 REQUIRED = "_required_fields"
@@ -201,8 +215,9 @@ def add_common(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     g.add_argument("--no-progress", action="store_true", help="hide progress bars and stage lines")
     if quick:
         shown = ", ".join(f"{k.split('.')[1]} {v}" for k, v in QUICK.items())
-        g.add_argument("--quick", action="store_true",
-                       help=f"a fast first look: {shown} (explicit flags win)")
+        g.add_argument(
+            "--quick", action="store_true", help=f"a fast first look: {shown} (explicit flags win)"
+        )
 
 
 def apply_quick(parser: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -27,18 +27,25 @@ def add_arguments(p) -> None:
     add_section(p, ModelConfig, "model")
     add_section(p, CalibrationConfig, "calibration")
     add_section(p, SelectConfig, "prune", title="selection", required=("budget",))
-    add_section(p, ExportConfig, "export", title="output",
-                defaults={"output": None})
+    add_section(p, ExportConfig, "export", title="output", defaults={"output": None})
     add_cost(p)
     add_common(p, quick=True)
 
 
 def add_cost(p) -> None:
     """The cost check every pruning command runs after selection, unless ``--no-eval``."""
-    add_section(p, CostConfig, "cost", title="cost check (base vs pruned WikiText-2 perplexity)",
-                prefix="cost")
-    p.add_argument("--no-eval", action="store_true",
-                   help="skip the cost check (the self-check of the checkpoint still runs)")
+    add_section(
+        p,
+        CostConfig,
+        "cost",
+        title="cost check (base vs pruned WikiText-2 perplexity)",
+        prefix="cost",
+    )
+    p.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip the cost check (the self-check of the checkpoint still runs)",
+    )
 
 
 def cost_from(args):
@@ -54,12 +61,16 @@ def default_output(model: str, protocol: str, budget: int) -> str:
 def config_from(args) -> RunConfig:
     select = section_from(args, SelectConfig, "prune")
     model = section_from(args, ModelConfig, "model")
-    output = getattr(args, "export.output") or default_output(model.name, select.protocol,
-                                                              select.budget)
-    return RunConfig(model=model, calibration=section_from(args, CalibrationConfig, "calibration"),
-                     prune=select, export=section_from(args, ExportConfig, "export",
-                                                       output=output),
-                     cost=cost_from(args))
+    output = getattr(args, "export.output") or default_output(
+        model.name, select.protocol, select.budget
+    )
+    return RunConfig(
+        model=model,
+        calibration=section_from(args, CalibrationConfig, "calibration"),
+        prune=select,
+        export=section_from(args, ExportConfig, "export", output=output),
+        cost=cost_from(args),
+    )
 
 
 def run(args) -> int:

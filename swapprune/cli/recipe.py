@@ -12,11 +12,20 @@ EPILOG = """examples:
 
 def add_arguments(p) -> None:
     p.add_argument("recipe", nargs="?", help="recipe YAML file (see recipes/)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe field, e.g. --set heal.steps=100 (repeatable)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="validate (the budget too, against the model's config) and print the "
-                        "resolved recipe; load no weights")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set heal.steps=100 (repeatable)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate (the budget too, against the model's config) and print the "
+        "resolved recipe; load no weights",
+    )
     p.add_argument("--schema", action="store_true", help="print every recipe field and exit")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars and stage lines")
 
@@ -45,7 +54,6 @@ def run(args) -> int:
     from swapprune.pipeline import run as run_pipeline
 
     command = ["swapprune", "run", args.recipe, *sum((["--set", o] for o in args.overrides), [])]
-    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress,
-                       command=command)
+    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress, command=command)
     print_run_summary(res)
     return 0

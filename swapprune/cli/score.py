@@ -26,9 +26,11 @@ def run(args) -> int:
     from swapprune.cli.summary import print_score_summary
     from swapprune.pipeline import run as run_pipeline
 
-    cfg = RunConfig(model=section_from(args, ModelConfig, "model"),
-                    calibration=section_from(args, CalibrationConfig, "calibration"),
-                    score=section_from(args, ScoreConfig, "score")).check()
+    cfg = RunConfig(
+        model=section_from(args, ModelConfig, "model"),
+        calibration=section_from(args, CalibrationConfig, "calibration"),
+        score=section_from(args, ScoreConfig, "score"),
+    ).check()
     assert cfg.score is not None and cfg.score.output is not None
     resumed = Path(cfg.score.output).is_file()
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)

@@ -16,20 +16,27 @@ def _regime_line(summary: dict) -> str | None:
     conf = reg.get("confidence")
     conf_text = f", confidence {conf:.2f}" if isinstance(conf, (int, float)) else ""
     ir = reg.get("median_ir")
-    return (f"regime: {reg['call']} (median adjacent d_repl {reg['median_replacement']:.3g}, "
-            f"d_inter {reg['median_interchange']:.3g}, I/R "
-            f"{ir:.2f}{conf_text}): {reg['advice']}" if ir is not None else
-            f"regime: {reg['call']}: {reg['advice']}")
+    return (
+        f"regime: {reg['call']} (median adjacent d_repl {reg['median_replacement']:.3g}, "
+        f"d_inter {reg['median_interchange']:.3g}, I/R "
+        f"{ir:.2f}{conf_text}): {reg['advice']}"
+        if ir is not None
+        else f"regime: {reg['call']}: {reg['advice']}"
+    )
 
 
 def print_prune_summary(res) -> None:
     plan = res.plan
     if plan.op == "merge":
-        print(f"merged blocks {plan.merged} of {plan.num_layers} by {plan.protocol}/"
-              f"{plan.strategy}; kept {len(plan.kept)}")
+        print(
+            f"merged blocks {plan.merged} of {plan.num_layers} by {plan.protocol}/"
+            f"{plan.strategy}; kept {len(plan.kept)}"
+        )
     else:
-        print(f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
-              f"{plan.strategy}; kept {len(plan.kept)}")
+        print(
+            f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
+            f"{plan.strategy}; kept {len(plan.kept)}"
+        )
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
         from swapprune.auto import decision_lines
@@ -42,9 +49,11 @@ def print_prune_summary(res) -> None:
             print(regime)
     adaptive = (auto or {}).get("adaptive") or plan.scores.get("adaptive")
     if adaptive:
-        print(f"adaptive calibration: {adaptive['windows']} windows, "
-              f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
-              f"stopped: {adaptive['stopped']}")
+        print(
+            f"adaptive calibration: {adaptive['windows']} windows, "
+            f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
+            f"stopped: {adaptive['stopped']}"
+        )
     stability = res.metrics.get("stability")
     if stability:
         print(stability["summary"])
@@ -59,13 +68,17 @@ def print_prune_summary(res) -> None:
     if sc.get("skipped"):
         print("self-check: skipped")
     elif sc:
-        print(f"self-check: reload logits max diff {sc.get('logits_max_abs_diff', 'n/a'):.3g}, "
-              f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
-              f"({sc.get('wall_s', 0):.1f}s)")
+        print(
+            f"self-check: reload logits max diff {sc.get('logits_max_abs_diff', 'n/a'):.3g}, "
+            f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
+            f"({sc.get('wall_s', 0):.1f}s)"
+        )
     out = res.output
     print(f"checkpoint: {out}")
-    print(f"next: swapprune eval --model {_q(out)} --tasks wikitext2_ppl,lambada "
-          f"--output {_q(out / 'eval.json')}")
+    print(
+        f"next: swapprune eval --model {_q(out)} --tasks wikitext2_ppl,lambada "
+        f"--output {_q(out / 'eval.json')}"
+    )
 
 
 def print_score_summary(res, resumed: bool, top: int = 5) -> None:
@@ -75,16 +88,20 @@ def print_score_summary(res, resumed: bool, top: int = 5) -> None:
     where = f" (resumed from {res.output})" if resumed else ""
     n_pairs, n_layers = len(d["pairs"]), len(d["deletion"])
     what = f"{n_pairs} pairs" + (f" and {n_layers} deletions" if n_layers else "")
-    print(f"scored {what}{where} on {cal.get('prompts')} windows x {cal.get('tokens')} tokens "
-          f"({d.get('positions')} positions) in {t.get('seconds', 0):.1f}s, "
-          f"{t.get('block_evals', 0)} block evaluations")
+    print(
+        f"scored {what}{where} on {cal.get('prompts')} windows x {cal.get('tokens')} tokens "
+        f"({d.get('positions')} positions) in {t.get('seconds', 0):.1f}s, "
+        f"{t.get('block_evals', 0)} block evaluations"
+    )
     rows = {(r["i"], r["j"]): r for r in d["pairs"]}
     for proto, ranked in d["summary"].get("ranking", {}).items():
         print(f"most swap-similar pairs by {proto} (KL nats, 95% CI; rank CI over resamples):")
         for r in ranked[:top]:
             lo, hi = rows[(r["i"], r["j"])][proto]["ci"]
-            print(f"  {r['rank']:>2}. blocks {r['i']}-{r['j']}  {r['distance']:.4g} "
-                  f"[{lo:.4g}, {hi:.4g}]  rank {r['rank_ci'][0]}-{r['rank_ci'][1]}")
+            print(
+                f"  {r['rank']:>2}. blocks {r['i']}-{r['j']}  {r['distance']:.4g} "
+                f"[{lo:.4g}, {hi:.4g}]  rank {r['rank_ci'][0]}-{r['rank_ci'][1]}"
+            )
     line = _regime_line(d["summary"])
     if line:
         print(line)
@@ -101,14 +118,18 @@ def print_eval_summary(res, baseline=None) -> None:
         for metric, m in t.metrics.items():
             ci = f" [{m.low:.4g}, {m.high:.4g}]" if m.low is not None else ""
             line = f"{name} {metric}: {m.value:.4g}{ci} (n={n} {t.unit}s)"
-            if baseline is not None and name in baseline.tasks \
-                    and metric in baseline.tasks[name].metrics:
+            if (
+                baseline is not None
+                and name in baseline.tasks
+                and metric in baseline.tasks[name].metrics
+            ):
                 b = baseline.tasks[name].metrics[metric].value
                 change = f"{(m.value / b - 1) * 100:+.1f}%" if b else "n/a"
                 try:
                     _, verdict = compare(baseline, result, name, metric)
                     verdict = verdict.replace("b better", "this model better").replace(
-                        "a better", "baseline better")
+                        "a better", "baseline better"
+                    )
                 except Exception as e:  # units that do not pair (another limit or tokenizer)
                     verdict = f"not paired: {e}"
                 line += f"; vs baseline {b:.4g}: {change} ({verdict})"

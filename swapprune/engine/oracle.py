@@ -58,7 +58,9 @@ class CalibrationOracle:
             self.runner.capture(input_ids[s : s + batch_size])
             for s in range(0, input_ids.shape[0], batch_size)
         ]
-        self.targets = [input_ids[s : s + batch_size, 1:] for s in range(0, input_ids.shape[0], batch_size)]
+        self.targets = [
+            input_ids[s : s + batch_size, 1:] for s in range(0, input_ids.shape[0], batch_size)
+        ]
         self._base_logits: list[torch.Tensor] | None = None
 
     def kept(self, removed: Sequence[int]) -> tuple[int, ...]:
@@ -78,7 +80,11 @@ class CalibrationOracle:
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
             logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
             if metric == "ppl":
-                nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1).to(logits.device), reduction="sum")
+                nll = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    tgt.reshape(-1).to(logits.device),
+                    reduction="sum",
+                )
                 total, count = total + float(nll), count + tgt.numel()
             else:
                 base = self._base(i)
@@ -115,8 +121,9 @@ class CalibrationOracle:
             logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
             B, T, V = logits.shape
             if metric == "ppl":
-                nll = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1).to(logits.device),
-                                      reduction="none").reshape(B, T)
+                nll = F.cross_entropy(
+                    logits.reshape(-1, V), tgt.reshape(-1).to(logits.device), reduction="none"
+                ).reshape(B, T)
                 out.append(nll.double().mean(-1).cpu())
             else:
                 base = self._base(i)
@@ -175,7 +182,9 @@ class CalibrationOracle:
             h = cache.hidden
             tokens += h[0].shape[0] * h[0].shape[1]
             for b in range(self.L):
-                total[b] += (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+                total[b] += (
+                    (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+                )
         return (total / tokens).numpy()
 
     def taylor(self) -> np.ndarray:
@@ -201,12 +210,15 @@ def residual_norms(model, input_ids: torch.Tensor, batch_size: int = 8) -> np.nd
         h = runner.capture(input_ids[s : s + batch_size]).hidden
         tokens += h[0].shape[0] * h[0].shape[1]
         for b in range(runner.num_layers):
-            total[b] += (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+            total[b] += (
+                (h[b + 1].double() - h[b].double().to(h[b + 1].device)).norm(dim=-1).sum().cpu()
+            )
     return (total / tokens).numpy()
 
 
-def taylor_importance(model, input_ids: torch.Tensor, batch_size: int = 8,
-                      runner: PlanRunner | None = None) -> np.ndarray:
+def taylor_importance(
+    model, input_ids: torch.Tensor, batch_size: int = 8, runner: PlanRunner | None = None
+) -> np.ndarray:
     """First-order Taylor importance of each block (Kim et al. 2024, "Taylor+").
 
     ``I(l) = sum over the parameters theta of block l of |dLoss/dtheta * theta|``
@@ -234,8 +246,11 @@ def taylor_importance(model, input_ids: torch.Tensor, batch_size: int = 8,
         for s in range(0, input_ids.shape[0], batch_size):
             ids = input_ids[s : s + batch_size].to(device)
             logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                  ids[:, 1:].reshape(-1).to(logits.device), reduction="sum")
+            nll = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                ids[:, 1:].reshape(-1).to(logits.device),
+                reduction="sum",
+            )
             g = torch.autograd.grad(nll / total_tokens, flat, allow_unused=True)
             for acc, gi in zip(grads, g):
                 if gi is not None:

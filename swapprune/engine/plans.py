@@ -44,7 +44,9 @@ def deletion_plan(num_layers: int, i: int) -> Plan:
     return tuple(b for b in range(num_layers) if b != i)
 
 
-def pair_probe_plans(num_layers: int, i: int, j: int, protocols: tuple[str, ...]) -> dict[str, Plan]:
+def pair_probe_plans(
+    num_layers: int, i: int, j: int, protocols: tuple[str, ...]
+) -> dict[str, Plan]:
     """The plans to run for one pair, keyed ``repl_ij``, ``repl_ji``, ``inter``."""
     plans: dict[str, Plan] = {}
     if "replacement" in protocols:

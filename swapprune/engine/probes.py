@@ -63,8 +63,9 @@ class PartialUnit:
 
     @classmethod
     def empty(cls, n: int, modes: Sequence[str], keys: Sequence[str]) -> PartialUnit:
-        return cls({m: {k: np.full(n, math.nan) for k in keys} for m in modes},
-                   np.zeros(n, dtype=bool))
+        return cls(
+            {m: {k: np.full(n, math.nan) for k in keys} for m in modes}, np.zeros(n, dtype=bool)
+        )
 
     @property
     def complete(self) -> bool:
@@ -76,8 +77,10 @@ class PartialUnit:
         return list(self.values[modes[0]])
 
     def copy(self) -> PartialUnit:
-        return PartialUnit({m: {k: v.copy() for k, v in d.items()} for m, d in self.values.items()},
-                           self.done.copy())
+        return PartialUnit(
+            {m: {k: v.copy() for k, v in d.items()} for m, d in self.values.items()},
+            self.done.copy(),
+        )
 
 
 def kl_rows(base_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

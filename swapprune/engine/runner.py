@@ -180,8 +180,13 @@ class PlanRunner:
         yield from self._walk(plans, list(range(len(plans))), 0, cache.hidden[0], True, cache)
 
     def _walk(
-        self, plans: Sequence[Sequence[int]], group: list[int], depth: int,
-        state: torch.Tensor, on_base: bool, cache: BatchCache,
+        self,
+        plans: Sequence[Sequence[int]],
+        group: list[int],
+        depth: int,
+        state: torch.Tensor,
+        on_base: bool,
+        cache: BatchCache,
     ) -> Iterator[tuple[int, torch.Tensor]]:
         for g in group:
             if len(plans[g]) == depth:

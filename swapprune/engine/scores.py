@@ -117,21 +117,29 @@ class ScoreResult:
         idx = resample_indices(n, self.n_boot, self.seed) if n else None
         types = self.meta.get("layer_types") or ["full_attention"] * self.num_layers
         pair_rows = []
-        for (i, j) in sorted(self.pairs):
+        for i, j in sorted(self.pairs):
             pair_rows.append(self._pair_dict(i, j, self.pairs[(i, j)], idx, types))
         deletion_rows = []
         for i in sorted(self.deletion):
             v = self.deletion[i]
             deletion_rows.append(
-                {"layer": i, "distance": float(_mean(v)), "ci": _ci(_mean(v[idx], -1)),
-                 "per_window": _windows(v)}
+                {
+                    "layer": i,
+                    "distance": float(_mean(v)),
+                    "ci": _ci(_mean(v[idx], -1)),
+                    "per_window": _windows(v),
+                }
             )
         out = {
             "schema": SCHEMA,
             **self.meta,
             "kl": "KL(p_base || p_modified), nats",
-            "bootstrap": {"resamples": self.n_boot, "seed": self.seed, "unit": "window",
-                          "interval": "95% percentile"},
+            "bootstrap": {
+                "resamples": self.n_boot,
+                "seed": self.seed,
+                "unit": "window",
+                "interval": "95% percentile",
+            },
             "pairs": pair_rows,
             "deletion": deletion_rows,
         }
@@ -140,8 +148,13 @@ class ScoreResult:
 
     @staticmethod
     def _pair_dict(i, j, v, idx, types) -> dict:
-        row: dict = {"i": i, "j": j, "gap": j - i, "types": [types[i], types[j]],
-                     "crosses_types": types[i] != types[j]}
+        row: dict = {
+            "i": i,
+            "j": j,
+            "gap": j - i,
+            "types": [types[i], types[j]],
+            "crosses_types": types[i] != types[j],
+        }
         if "repl_ij" in v:
             a, b = v["repl_ij"], v["repl_ji"]
             ba, bb = _mean(a[idx], -1), _mean(b[idx], -1)
@@ -156,15 +169,20 @@ class ScoreResult:
             }
         if "inter" in v:
             c = v["inter"]
-            row["interchange"] = {"distance": float(_mean(c)), "ci": _ci(_mean(c[idx], -1)),
-                                  "per_window": _windows(c)}
+            row["interchange"] = {
+                "distance": float(_mean(c)),
+                "ci": _ci(_mean(c[idx], -1)),
+                "per_window": _windows(c),
+            }
         if "repl_ij" in v and "inter" in v:
             d_r, d_i = row["replacement"]["distance"], row["interchange"]["distance"]
             boot_r = np.maximum(_mean(v["repl_ij"][idx], -1), _mean(v["repl_ji"][idx], -1))
             boot_i = _mean(v["inter"][idx], -1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                row["ir_ratio"] = {"value": _f(d_i / d_r) if d_r > 0 else None,
-                                   "ci": _ci(boot_i / boot_r)}
+                row["ir_ratio"] = {
+                    "value": _f(d_i / d_r) if d_r > 0 else None,
+                    "ci": _ci(boot_i / boot_r),
+                }
             row["gap_diff"] = d_r - d_i
         return row
 
@@ -176,8 +194,11 @@ class ScoreResult:
     def from_dict(cls, data: dict) -> ScoreResult:
         if data.get("schema") != SCHEMA:
             raise SwappruneError(f"not a swapprune scores file (schema {data.get('schema')!r})")
-        meta = {k: v for k, v in data.items()
-                if k not in ("schema", "pairs", "deletion", "summary", "bootstrap", "kl")}
+        meta = {
+            k: v
+            for k, v in data.items()
+            if k not in ("schema", "pairs", "deletion", "summary", "bootstrap", "kl")
+        }
         res = cls(meta=meta, n_boot=data["bootstrap"]["resamples"], seed=data["bootstrap"]["seed"])
         for row in data["pairs"]:
             v = {}
@@ -214,15 +235,28 @@ def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) 
         for g in sorted({r["gap"] for r in both}):
             rs = [r for r in both if r["gap"] == g]
             ir = [r["ir_ratio"]["value"] for r in rs if r["ir_ratio"]["value"] is not None]
-            by_gap.append({
-                "gap": g, "pairs": len(rs),
-                "median_replacement": float(np.median([r["replacement"]["distance"] for r in rs])),
-                "median_interchange": float(np.median([r["interchange"]["distance"] for r in rs])),
-                "median_ir": float(np.median(ir)) if ir else None,
-                "mean_gap_diff": float(np.mean([r["gap_diff"] for r in rs])),
-                "fraction_inter_le_repl": float(np.mean(
-                    [r["interchange"]["distance"] <= r["replacement"]["distance"] for r in rs])),
-            })
+            by_gap.append(
+                {
+                    "gap": g,
+                    "pairs": len(rs),
+                    "median_replacement": float(
+                        np.median([r["replacement"]["distance"] for r in rs])
+                    ),
+                    "median_interchange": float(
+                        np.median([r["interchange"]["distance"] for r in rs])
+                    ),
+                    "median_ir": float(np.median(ir)) if ir else None,
+                    "mean_gap_diff": float(np.mean([r["gap_diff"] for r in rs])),
+                    "fraction_inter_le_repl": float(
+                        np.mean(
+                            [
+                                r["interchange"]["distance"] <= r["replacement"]["distance"]
+                                for r in rs
+                            ]
+                        )
+                    ),
+                }
+            )
         summary["by_gap"] = by_gap
         summary["regime"] = regime(pairs, idx, positions)
     if rows and idx is not None:
@@ -235,8 +269,10 @@ def _rank_ci(rows, pairs, idx) -> dict:
     out = {}
     keys = [(r["i"], r["j"]) for r in rows]
     for proto, fn in (
-        ("replacement", lambda v: np.maximum(_mean(v["repl_ij"][idx], -1),
-                                             _mean(v["repl_ji"][idx], -1))),
+        (
+            "replacement",
+            lambda v: np.maximum(_mean(v["repl_ij"][idx], -1), _mean(v["repl_ji"][idx], -1)),
+        ),
         ("interchange", lambda v: _mean(v["inter"][idx], -1)),
     ):
         if not all(("repl_ij" if proto == "replacement" else "inter") in pairs[k] for k in keys):
@@ -246,9 +282,16 @@ def _rank_ci(rows, pairs, idx) -> dict:
         point = np.array([r[proto]["distance"] for r in rows])
         order = point.argsort()
         out[proto] = [
-            {"i": keys[p][0], "j": keys[p][1], "rank": int(n + 1), "distance": float(point[p]),
-             "rank_ci": [int(np.percentile(ranks[:, p], 2.5)), int(np.percentile(ranks[:, p], 97.5))]}
+            {
+                "i": keys[p][0],
+                "j": keys[p][1],
+                "rank": int(n + 1),
+                "distance": float(point[p]),
+                "rank_ci": [
+                    int(np.percentile(ranks[:, p], 2.5)),
+                    int(np.percentile(ranks[:, p], 97.5)),
+                ],
+            }
             for n, p in enumerate(order[:10])
         ]
     return out
-

@@ -86,7 +86,9 @@ def score(
     """
     if positions not in POSITIONS:
         raise unknown_name("positions mode", positions, POSITIONS)
-    return score_modes(model, tokenizer, modes=(positions,), out=out, shard=shard, **kwargs)[positions]
+    return score_modes(model, tokenizer, modes=(positions,), out=out, shard=shard, **kwargs)[
+        positions
+    ]
 
 
 def score_modes(
@@ -162,7 +164,9 @@ def score_modes(
         "block_classes": sorted(set(stack.block_classes())),
         "swapprune_version": __version__,
     }
-    results = {m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes}
+    results = {
+        m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes
+    }
     first = results[modes[0]]
     in_flight: dict[Unit, PartialUnit] = {}
     if out is not None and Path(out).exists():
@@ -183,7 +187,9 @@ def score_modes(
         if not writes or not (force or time.perf_counter() - flushed[0] >= FLUSH_S):
             return
         assert out is not None  # writes implies out
-        first.meta["incomplete"] = _incomplete_record(in_flight, len(remaining), modes[0], batch_size)
+        first.meta["incomplete"] = _incomplete_record(
+            in_flight, len(remaining), modes[0], batch_size
+        )
         first.save(out)
         flushed[0] = time.perf_counter()
 
@@ -204,8 +210,14 @@ def score_modes(
     if units:
         bar = _progress(engine.work(units, in_flight), "probing", progress)
         try:
-            engine.run(units, pair_protocols, done, progress=bar.update, on_chunk_done=chunk_done,
-                       resume=in_flight)
+            engine.run(
+                units,
+                pair_protocols,
+                done,
+                progress=bar.update,
+                on_chunk_done=chunk_done,
+                resume=in_flight,
+            )
         except BaseException:
             # Keep what was measured (Ctrl-C, out of memory, a failing callback...).
             if in_flight:
@@ -237,7 +249,9 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    ctx = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    ctx = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "n_positions", None
+    )
     return load_calibration(tokenizer, calib, prompts, tokens, seed, ctx)
 
 
@@ -263,21 +277,31 @@ def _units(result: ScoreResult, pair_list: list[tuple[int, int]], num_layers: in
     return units
 
 
-def _incomplete_record(in_flight: dict[Unit, PartialUnit], left: int, mode: str,
-                       batch_size: int) -> dict:
+def _incomplete_record(
+    in_flight: dict[Unit, PartialUnit], left: int, mode: str, batch_size: int
+) -> dict:
     """The ``incomplete`` meta record of a file written before the run finished."""
     partial = []
     for unit, part in in_flight.items():
         values = part.values[mode]
-        partial.append({
-            "i": unit.i, "j": unit.j,
-            "protocols": list(unit.protocols) if unit.protocols else None,
-            "done": _ranges(part.done),
-            "values": {k: [float(x) if d else None for x, d in zip(v, part.done)]
-                       for k, v in values.items()},
-        })
-    return {"note": "written by an unfinished run; rerun the same command to finish it",
-            "units_left": left, "batch_size": batch_size, "partial_units": partial}
+        partial.append(
+            {
+                "i": unit.i,
+                "j": unit.j,
+                "protocols": list(unit.protocols) if unit.protocols else None,
+                "done": _ranges(part.done),
+                "values": {
+                    k: [float(x) if d else None for x, d in zip(v, part.done)]
+                    for k, v in values.items()
+                },
+            }
+        )
+    return {
+        "note": "written by an unfinished run; rerun the same command to finish it",
+        "units_left": left,
+        "batch_size": batch_size,
+        "partial_units": partial,
+    }
 
 
 def _ranges(mask: np.ndarray) -> list[list[int]]:

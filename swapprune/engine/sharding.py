@@ -49,7 +49,9 @@ def local_device() -> str:
 
 def merge_timing(timings: list[dict]) -> dict:
     """One ``timing`` record from the ranks' records (rank order)."""
-    total = {k: sum(t.get(k, 0) for t in timings) for k in ("block_evals", "head_rows", "units_probed")}
+    total = {
+        k: sum(t.get(k, 0) for t in timings) for k in ("block_evals", "head_rows", "units_probed")
+    }
     return {
         "seconds": max(t.get("seconds", 0.0) for t in timings),  # the slowest rank: the job's wall
         **total,
@@ -139,9 +141,16 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
                 f"{existing[0]} exists and a sharded run does not resume; move it away, choose "
                 "another output file, or resume it in a single process"
             )
-        part = score(model, tokenizer, out=None, shard=(rank, world), progress=progress, **score_kwargs)
-        payload = {"meta": part.meta, "pairs": part.pairs, "deletion": part.deletion,
-                   "n_boot": part.n_boot, "seed": part.seed}
+        part = score(
+            model, tokenizer, out=None, shard=(rank, world), progress=progress, **score_kwargs
+        )
+        payload = {
+            "meta": part.meta,
+            "pairs": part.pairs,
+            "deletion": part.deletion,
+            "n_boot": part.n_boot,
+            "seed": part.seed,
+        }
         gathered: list[Any] | None = [None] * world if rank == 0 else None
         dist.gather_object(payload, gathered, dst=0, group=group)
     finally:
