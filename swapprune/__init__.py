@@ -18,7 +18,7 @@ _LAZY = {
     "prune": "swapprune.pruning",
     "run": "swapprune.pipeline",
     "RunConfig": "swapprune.config",
-    "load_config": "swapprune.config",
+    "load_config": "swapprune.recipe",
 }
 
 

@@ -2,7 +2,7 @@
 
 A loop over configurations: for every criterion and budget, the run's
 configuration with that ``prune`` section goes through the pipeline's own
-stages (:func:`swapprune.pipeline.select`), on one loaded model, one
+stages (:func:`swapprune.stages.select`), on one loaded model, one
 calibration and one set of probe scores. The unpruned model is evaluated once
 and every pruned variant in memory (a removal is a zero-copy view of the
 model's own blocks); every two methods are paired with a bootstrap over the
@@ -121,7 +121,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     """Run the comparison and write ``results.json``, ``results.md`` and plots into the output."""
     from tqdm.auto import tqdm
 
-    from swapprune import criteria, pipeline
+    from swapprune import criteria, stages
     from swapprune.artifacts import provenance, write_json_atomic, write_text_atomic
     from swapprune.evaluation import EvalResult, evaluate
     from swapprune.plan import PrunePlan
@@ -129,18 +129,18 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     job.check()
     tasks = job.eval.tasks
     runs = _method_runs(job)
-    facts = pipeline.read_facts(job.run)
+    facts = stages.read_facts(job.run)
     if facts is not None:
         _check_budgets(job, runs, facts.num_layers)
     out = Path(job.compare.output)
     cache = out / "cache"
 
-    loaded = pipeline.load(job.run, progress)
+    loaded = stages.load(job.run, progress)
     L = loaded.facts.num_layers
     _check_budgets(job, runs, L)
     job.run.check_model(loaded.facts)
     model, tok, src = loaded.model, loaded.tokenizer, loaded.source
-    calibration = pipeline.calibrate(job.run, loaded)
+    calibration = stages.calibrate(job.run, loaded)
     probes = sorted(
         {
             p
@@ -153,7 +153,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
     if job.compare.scores:
-        scores = pipeline.reuse_scores(job.compare.scores, loaded)
+        scores = stages.reuse_scores(job.compare.scores, loaded)
     else:
         score_cfg = dataclasses.replace(
             job.run,
@@ -164,7 +164,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
                 output=str(out / "scores.json"),
             ),
         )
-        scores = pipeline.score(score_cfg, loaded, calibration, progress)
+        scores = stages.score(score_cfg, loaded, calibration, progress)
     score_s = time.perf_counter() - t0
     eval_cfg = {
         "model": src.id,
@@ -222,14 +222,14 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
                 else:
                     if cfg.prune.request(seed).resolve()[1].name == "iterative":
                         big = method_config(job, crit, seed, max(job.compare.budgets))
-                        full, _ = pipeline.select(big, loaded, calibration, scores, False)
+                        full, _ = stages.select(big, loaded, calibration, scores, False)
                         if "order" in full.scores:
                             orders[label] = full
                             plan = _prefix(full, budget)
                         else:
                             plan = None
                     if plan is None:
-                        plan, _ = pipeline.select(cfg, loaded, calibration, scores, False)
+                        plan, _ = stages.select(cfg, loaded, calibration, scores, False)
                 plan.to_json(pf)
             select_s = time.perf_counter() - t
             with variant(model, plan) as m:

@@ -8,7 +8,7 @@ import json
 import pytest
 from tiny_models import save_tiny
 
-import swapprune.pipeline as pipeline
+import swapprune.stages as stages
 from swapprune.cli import main
 
 
@@ -24,7 +24,7 @@ def no_load(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the model was loaded before the input was checked")
 
-    monkeypatch.setattr(pipeline, "load", refuse)
+    monkeypatch.setattr(stages, "load", refuse)
 
 
 CASES = [

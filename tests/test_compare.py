@@ -89,12 +89,12 @@ def test_cached_rerun_evaluates_nothing(run, monkeypatch):
 
 
 def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
-    import swapprune.pipeline as pipeline
+    import swapprune.stages as stages
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(pipeline, "load", no_load)
+    monkeypatch.setattr(stages, "load", no_load)
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     assert (
         main(

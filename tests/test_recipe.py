@@ -13,11 +13,11 @@ from tiny_models import save_tiny
 from transformers import AutoModelForCausalLM
 
 from swapprune import cli
-from swapprune.config import describe_schema
-from swapprune.config import load_config as load_recipe
 from swapprune.errors import SwappruneError
 from swapprune.pipeline import run
 from swapprune.quantization import load_quantized
+from swapprune.recipe import describe_schema
+from swapprune.recipe import load_config as load_recipe
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 

@@ -32,8 +32,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
-    from swapprune.config import describe_schema, load_config
     from swapprune.errors import SwappruneError
+    from swapprune.recipe import describe_schema, load_config
 
     if args.schema:
         print(describe_schema())
@@ -42,7 +42,7 @@ def run(args) -> int:
         raise SwappruneError("give a recipe file: swapprune run RECIPE.yaml (or --schema)")
     cfg = load_config(args.recipe, args.overrides)
     if args.dry_run:
-        from swapprune.pipeline import read_facts
+        from swapprune.stages import read_facts
 
         facts = read_facts(cfg)
         if facts is not None:

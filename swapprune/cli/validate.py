@@ -43,7 +43,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from swapprune import criteria, pipeline
+    from swapprune import criteria, stages
     from swapprune.artifacts import check_output_dir
     from swapprune.errors import SwappruneError
     from swapprune.validity import predictor_validity, validity_markdown, write_validity_report
@@ -63,8 +63,8 @@ def run(args) -> int:
     for section in (cfg.model, cfg.calibration):
         section.check()
     check_output_dir(args.output)
-    loaded = pipeline.load(cfg, not args.no_progress)
-    calibration = pipeline.calibrate(cfg, loaded)
+    loaded = stages.load(cfg, not args.no_progress)
+    calibration = stages.calibrate(cfg, loaded)
     c = cfg.calibration
     target = None
     if args.target != "calibration":

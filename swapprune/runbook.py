@@ -1,0 +1,185 @@
+"""What a run records: timings, costs at each point, the output files and the card lines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from swapprune.config import RunConfig
+from swapprune.stages import evaluate
+
+Say = Callable[[str], None]
+
+
+def recovery(costs: dict) -> dict:
+    """Recovered fraction ``(pruned - healed) / (pruned - base)`` for each cost measured."""
+    out: dict = {}
+    for metric in costs.get("healed", {}):
+        base, pruned, healed = (costs.get(p, {}).get(metric) for p in ("base", "pruned", "healed"))
+        if None in (base, pruned, healed):
+            continue
+        gap = pruned - base
+        out[metric] = {
+            "base": base,
+            "pruned": pruned,
+            "healed": healed,
+            "fraction": (pruned - healed) / gap if gap > 0 else None,
+        }
+    # Evaluation's WikiText-2 test perplexity is held out from all calibration text.
+    out["primary"] = next((m for m in ("wikitext2_ppl", "heldout_ppl") if m in out), None)
+    return out
+
+
+class RunBook:
+    """Timings, metrics, evaluations at each point, and the files of the output directory."""
+
+    def __init__(self, config: RunConfig, say: Say, command: list[str]):
+        self.config, self.say, self.command = config, say, command
+        self.metrics: dict = {"costs": {}, "eval": {}, "wall_s": {}}
+        self.results: dict = {}
+        self.start = time.perf_counter()
+
+    def stage(self, name: str, fn, *args, **kwargs):
+        t0 = time.perf_counter()
+        self.say(f"[{name}] ...")
+        out = fn(*args, **kwargs)
+        dt = time.perf_counter() - t0
+        self.metrics["wall_s"][name] = round(dt, 2)
+        self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
+        return out
+
+    def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
+        """Costs at ``point``: held-out heal windows (if healing) and the eval tasks (if asked)."""
+        costs = self.metrics["costs"].setdefault(point, {})
+        cfg = self.config
+        if heldout is not None:
+            costs["heldout_ppl"] = heldout
+        elif windows is not None and cfg.heal is not None:
+            from swapprune.healing import heldout_perplexity
+
+            costs["heldout_ppl"] = self.stage(
+                f"held-out ppl {point}", heldout_perplexity, model, windows, cfg.heal.batch_size
+            )
+        e = cfg.eval
+        if e is None or (e.at is not None and point not in e.at):
+            return
+        res = self.stage(f"eval {point}", evaluate, cfg, model, tok)
+        self.results[point] = res
+        self.metrics["eval"][point] = {
+            t: {m: {"value": v.value, "low": v.low, "high": v.high} for m, v in tr.metrics.items()}
+            for t, tr in res.tasks.items()
+        }
+        ppl = res.tasks.get("swapprune_wikitext2_ppl")
+        if ppl is not None:
+            costs["wikitext2_ppl"] = ppl.metrics["perplexity"].value
+
+    def provenance(self, calibration) -> dict:
+        return {
+            "command": self.command,
+            "config": self.config.to_dict(),
+            "calibration": self.metrics.get("calibration"),
+            "scores_reused_from": self.metrics.get("scores_reused_from"),
+            "heal": self.metrics.get("heal"),
+        }
+
+    def save_model(self, directory: Path, model, tok, plan, source, calibration, scores):
+        from swapprune.checkpoint import write_checkpoint
+        from swapprune.loading import resolve_dtype
+
+        x = self.config.export
+        assert x is not None
+        ids = calibration.input_ids[:2] if calibration is not None else None
+        dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
+        record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}
+        self.metrics["selfcheck"] = write_checkpoint(
+            model,
+            tok,
+            plan,
+            directory,
+            save_dtype=dtype,
+            provenance=self.provenance(calibration),
+            base_model_id=source.id,
+            selfcheck=x.selfcheck,
+            check_ids=ids,
+            card_extra=card_lines(self.metrics, plan),
+            record=record,
+        )
+        return self.metrics["selfcheck"]
+
+    def save_quantized(self, directory: Path, model, tok, plan, calibration):
+        from swapprune.quantization import save_quantized
+
+        assert self.config.quantize is not None
+        ids = calibration.input_ids[:2] if calibration is not None else None
+        prov = {"command": self.command, "config": self.config.to_dict(), "plan": plan.describe()}
+        self.metrics["quantize"]["selfcheck"] = save_quantized(
+            model,
+            tok,
+            directory / "quantized",
+            config=self.config.quantize,
+            provenance=prov,
+            check_ids=ids,
+            describe=plan.describe(),
+            final_path="quantized",
+        )
+
+    def finish(self, directory: Path, plan, scores) -> None:
+        from swapprune.artifacts import versions, write_json_atomic, write_text_atomic
+
+        self.metrics.update(plan=plan.describe(), versions=versions())
+        write_text_atomic(directory / "config.yaml", self.config.to_yaml())
+        if scores is not None:
+            scores.save(directory / "scores.json")
+        write_json_atomic(directory / "metrics.json", self.metrics, indent=2)
+        for point, res in self.results.items():
+            (directory / "eval").mkdir(exist_ok=True)
+            write_text_atomic(directory / "eval" / f"{point}.json", res.to_json(indent=1))
+
+
+def card_lines(metrics: dict, plan) -> list[str]:
+    """Model card lines: what the cut cost, how stable the selection is, what auto decided."""
+    lines: list[str] = []
+    cost = metrics.get("cost")
+    if cost:
+        lines += [
+            "## What the cut cost",
+            "",
+            f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
+            "over windows of the matched contract).",
+            *([f"- **Warning**: {cost['warning']}"] if cost.get("warning") else []),
+            "",
+        ]
+    stab = metrics.get("stability")
+    if stab:
+        lines += [
+            "## Stability of the selection",
+            "",
+            f"- {stab['summary'].removeprefix('stability: ')}.",
+            *([f"- **{stab['warning']}**"] if stab.get("warning") else []),
+            "",
+        ]
+    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
+    if auto:
+        from swapprune.auto import decision_lines
+
+        lines += [
+            "## Regime and action (--protocol auto)",
+            "",
+            *[f"- {line}" for line in decision_lines(auto)],
+            "",
+        ]
+    return lines
+
+
+def _summary(name: str, out) -> str:
+    if name == "select" and isinstance(out, tuple) and hasattr(out[0], "describe"):
+        return f": {out[0].describe()}"
+    if name == "cost" and hasattr(out, "summary"):
+        return f": {out.summary().removeprefix('cost: ')}"
+    if name.startswith("held-out") and isinstance(out, float):
+        return f": {out:.3f}"
+    if name.startswith("eval ") and hasattr(out, "tasks"):
+        first = {t: next(iter(tr.metrics.items()), None) for t, tr in out.tasks.items()}
+        return ": " + ", ".join(f"{t} {m[0]} {m[1].value:.4g}" for t, m in first.items() if m)
+    return ""
