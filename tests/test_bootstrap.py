@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -92,4 +93,135 @@ def test_bad_inputs():
     with pytest.raises(ValueError):
         ci_of_statistic([], "mean")
     with pytest.raises(ValueError):
+        ci_of_statistic([1.0, 2.0], "nope")
+
+
+def test_defaults_are_documented_values():
+    x = np.random.default_rng(6).random(30)
+    ci = ci_mean(x)
+    assert (ci.level, ci.n_boot) == (0.95, 1000)
+    assert ci == ci_mean(x, n_boot=1000, level=0.95, seed=0)
+    assert bootstrap.Interval(1.0, 0.0, 2.0) == bootstrap.Interval(1.0, 0.0, 2.0, 0.95, 1000)
+    assert np.array_equal(resample_indices(30), resample_indices(30, 1000, 0))
+    assert resample_indices(30).shape == (1000, 30)
+
+
+def test_resample_indices_cover_every_unit_and_no_more():
+    idx = resample_indices(3, 500, seed=1)
+    assert set(np.unique(idx)) == {0, 1, 2}
+
+
+def test_interval_is_the_requested_percentiles():
+    x = np.random.default_rng(8).random(40)
+    reps = [x[i].mean() for i in resample_indices(40, 300, seed=2)]
+    ci = ci_mean(x, n_boot=300, level=0.8, seed=2)
+    assert [ci.low, ci.high] == pytest.approx(np.percentile(reps, [10, 90]))
+    assert (ci.level, ci.n_boot) == (0.8, 300)
+    assert ci.estimate == pytest.approx(x.mean())
+    assert type(ci.estimate) is float and type(ci.low) is float and type(ci.high) is float
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("mean", lambda u: u[:, 0].mean()),
+        ("ratio", lambda u: u[:, 0].sum() / u[:, 1].sum()),
+        ("ppl", lambda u: math.exp(u[:, 0].sum() / u[:, 1].sum())),
+        ("bits", lambda u: u[:, 0].sum() / u[:, 1].sum() / math.log(2)),
+        ("exp_neg_mean", lambda u: math.exp(-u[:, 0].mean())),
+    ],
+)
+def test_named_statistics(name, want):
+    units = np.random.default_rng(9).random((25, 2)) + 0.5
+    ci = ci_of_statistic(units, name, n_boot=100, seed=3)
+    assert ci.estimate == pytest.approx(want(units))
+    reps = [want(units[i]) for i in resample_indices(25, 100, seed=3)]
+    assert [ci.low, ci.high] == pytest.approx(np.percentile(reps, [2.5, 97.5]))
+
+
+def test_resamples_are_evaluated_in_bounded_row_blocks(monkeypatch):
+    units = np.random.default_rng(10).random((5, 2))
+    shapes = []
+
+    def stat(r):
+        shapes.append(r.shape)
+        return r[..., 0].mean(axis=-1)
+
+    want = ci_of_statistic(units, stat, n_boot=7, seed=1)
+    assert shapes == [(7, 5, 2), (1, 5, 2)]  # one block of all rows, then the estimate
+    # 25 elements per block of 10 units x 2 columns: two rows at a time.
+    monkeypatch.setattr(bootstrap, "_BLOCK_ELEMENTS", 25)
+    shapes.clear()
+    assert ci_of_statistic(units, stat, n_boot=7, seed=1) == want
+    assert shapes == [(2, 5, 2)] * 3 + [(1, 5, 2)] * 2
+    # Fewer elements than one row still takes a row at a time.
+    monkeypatch.setattr(bootstrap, "_BLOCK_ELEMENTS", 3)
+    shapes.clear()
+    assert ci_of_statistic(units, stat, n_boot=7, seed=1) == want
+    assert shapes == [(1, 5, 2)] * 8
+
+
+def test_paired_zero_denominators_stay_silent():
+    # One resample of 200 draws only the zero units of ``a``: 1/0 (divide) there,
+    # and 0/0 (invalid) when ``b`` is zero on the same units.
+    a = np.array([0.0, 0.0, 1.0, 1.0, 1.0])
+    assert (a[resample_indices(5, 200)].sum(axis=1) == 0).sum() == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inf = paired_difference(a, np.ones(5), "mean", n_boot=200)
+        nan = paired_difference(a, 2 * a, "mean", n_boot=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # np.percentile of all-infinite ratios
+        zero = paired_difference(np.zeros(5), np.ones(5), "mean", n_boot=50)
+    assert inf.ratio.estimate == pytest.approx(5 / 3) and inf.ratio.high == pytest.approx(5.0)
+    assert nan.ratio.estimate == 2.0 and math.isnan(nan.ratio.low)
+    assert math.isnan(zero.ratio.estimate) and (zero.a, zero.b) == (0.0, 1.0)
+    assert zero.n_units == 5
+    # A zero baseline of a higher-is-better metric: an infinite factor, not a crash.
+    assert verdict(zero, higher_is_better=True) == "b better by infx"
+
+
+def test_paired_fields_and_difference_interval():
+    rng = np.random.default_rng(11)
+    a = rng.random((30, 2)) + 1.0
+    b = a + np.column_stack([rng.random(30), np.zeros(30)])
+    cmp = paired_difference(a, b, "ratio", n_boot=150, level=0.9, seed=4)
+    ra = [a[i, 0].sum() / a[i, 1].sum() for i in resample_indices(30, 150, seed=4)]
+    rb = [b[i, 0].sum() / b[i, 1].sum() for i in resample_indices(30, 150, seed=4)]
+    d = np.array(rb) - np.array(ra)
+    assert cmp.n_units == 30
+    assert cmp.a == pytest.approx(a[:, 0].sum() / a[:, 1].sum())
+    assert cmp.b == pytest.approx(b[:, 0].sum() / b[:, 1].sum())
+    assert cmp.difference.estimate == pytest.approx(cmp.b - cmp.a)
+    assert [cmp.difference.low, cmp.difference.high] == pytest.approx(np.percentile(d, [5, 95]))
+    q = np.percentile(np.array(rb) / np.array(ra), [5, 95])
+    assert [cmp.ratio.low, cmp.ratio.high] == pytest.approx(q)
+    assert (cmp.ratio.level, cmp.ratio.n_boot) == (0.9, 150)
+
+
+def _comparison(a, b, low, estimate, high):
+    d = bootstrap.Interval(estimate, low, high)
+    return bootstrap.PairedComparison(a, b, d, bootstrap.Interval(0.0, 0.0, 0.0), 10)
+
+
+def test_verdict_edges():
+    # An interval touching zero is a tie, at either end.
+    assert verdict(_comparison(1.0, 2.0, 0.0, 1.0, 2.0), True) == "tie"
+    assert verdict(_comparison(2.0, 1.0, -2.0, -1.0, 0.0), True) == "tie"
+    assert verdict(_comparison(1.0, 2.0, 0.5, 1.0, 2.0), True) == "b better by 2x"
+    # The estimate decides the winner, even at zero with an interval that excludes it.
+    assert verdict(_comparison(1.0, 1.0, 0.5, 0.0, 2.0), True, ("x", "y")) == "x better by 1x"
+    lower_wins = _comparison(4.0, 1.0, -4.0, -3.0, -2.0)
+    assert verdict(lower_wins, False, ("x", "y")) == "y better by 4x"
+    assert verdict(_comparison(1.0, 0.0, -4.0, -1.0, -0.5), False) == "b better by infx"
+
+
+def test_bad_input_messages():
+    with pytest.raises(ValueError, match=r"differ in shape: \(3, 1\) vs \(4, 1\)"):
+        paired_difference(np.ones(3), np.ones(4), "mean")
+    with pytest.raises(ValueError, match=r"non-empty \[n\] or \[n, k\] array, got shape \(0, 1\)"):
+        ci_of_statistic([], "mean")
+    with pytest.raises(ValueError, match=r"got shape \(2, 2, 2\)"):
+        ci_of_statistic(np.ones((2, 2, 2)), "mean")
+    with pytest.raises(ValueError, match=r"unknown statistic 'nope'; known: \['bits', "):
         ci_of_statistic([1.0, 2.0], "nope")

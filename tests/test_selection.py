@@ -8,6 +8,7 @@ from swapprune.selection import (
     INPUTS,
     STRATEGIES,
     Constraints,
+    Selection,
     SelectionInputs,
     describe,
     get_strategy,
@@ -214,3 +215,285 @@ def test_unknown_strategy_did_you_mean():
         get_strategy("gready")
     with pytest.raises(SwappruneError):
         get_strategy("spaced:x")
+
+
+def test_budget_limits_are_inclusive():
+    ranked = get_strategy("ranked")
+    ranked.check(1, Constraints(8))
+    ranked.check(7, Constraints(8))
+    with pytest.raises(SwappruneError, match="budget must be >= 1, got -1"):
+        ranked.check(-1, Constraints(8))
+    with pytest.raises(SwappruneError, match="budget 9 would remove every block: the model has 8"):
+        ranked.check(9, Constraints(8))
+    tight = Constraints(8, protect_first=3, protect_last=3)
+    ranked.check(2, tight)
+    with pytest.raises(
+        SwappruneError,
+        match=r"budget 3 exceeds the 2 removable blocks \(8 blocks, first 3 and last 3 protected\)",
+    ):
+        ranked.check(3, tight)
+    assert tight.candidates() == [3, 4]
+    assert Constraints(5).candidates() == [0, 1, 2, 3, 4]
+
+
+def test_max_spaced_counts():
+    assert max_spaced(Constraints(8), 1) == 8
+    assert max_spaced(Constraints(8), 2) == 4
+    assert max_spaced(Constraints(7), 2) == 4
+    assert max_spaced(Constraints(7), 3) == 3
+    assert max_spaced(Constraints(9), 4) == 3
+    assert max_spaced(Constraints(1), 2) == 1
+    assert max_spaced(Constraints(4, protect_first=2, protect_last=2), 2) == 0
+
+
+def test_greedy_and_spaced_checks_are_inclusive():
+    get_strategy("greedy").check(4, Constraints(7))
+    with pytest.raises(SwappruneError, match=r"adjacent blocks \(at most 3 here\)"):
+        get_strategy("greedy").check(4, Constraints(6))
+    get_strategy("spaced:3").check(3, Constraints(7))
+    with pytest.raises(SwappruneError, match=r"removals 3 apart \(at most 2 here\)"):
+        get_strategy("spaced:3").check(3, Constraints(6))
+    with pytest.raises(SwappruneError, match="exceeds"):
+        get_strategy("spaced:1").check(3, Constraints(4, protect_first=2))
+
+
+def test_spaced_without_check_says_what_is_impossible():
+    inputs = SelectionInputs(IMP, 5, Constraints(8, protect_first=1, protect_last=2))
+    with pytest.raises(
+        SwappruneError,
+        match="budget 5 is impossible with removals at least 2 blocks apart among blocks 1..5",
+    ):
+        get_strategy("greedy").choose(inputs)
+    # exactly enough room: 1, 3, 5
+    assert get_strategy("greedy").choose(SelectionInputs(np.zeros(8), 3, inputs.constraints)) == (
+        Selection([1, 3, 5])
+    )
+
+
+def test_strategy_arguments():
+    assert get_strategy("spaced").gap == 2 and get_strategy("distributed").gap == 2
+    assert get_strategy("spaced:1").gap == 1
+    with pytest.raises(SwappruneError, match="spaced:G needs a value >= 1, got 0"):
+        get_strategy("spaced:0")
+    with pytest.raises(SwappruneError, match="spaced:G needs an integer, got 'x'"):
+        get_strategy("spaced:x")
+    with pytest.raises(SwappruneError, match="strategy 'greedy' takes no argument \\(got ':x'\\)"):
+        get_strategy("greedy:x")
+    beam = get_strategy("beam")
+    assert (beam.width, beam.max_calls, beam.seeds) == (3, 400, 12)
+    assert get_strategy("beam:1").width == 1
+    with pytest.raises(SwappruneError, match="beam:W needs a value >= 1"):
+        get_strategy("beam:0")
+    assert get_strategy("ranked-pairs").skip_ends is False
+    assert get_strategy("ranked-pairs:skip-ends").skip_ends is True
+    clustered = get_strategy("clustered:2-2")
+    assert (clustered.span, clustered.threshold) == ((2, 2), None)
+    assert get_strategy("clustered:0-3").span == (0, 3)
+    threshold = get_strategy("clustered:0.25")
+    assert (threshold.span, threshold.threshold) == (None, 0.25)
+    with pytest.raises(SwappruneError, match="clustered:A-B needs 0 <= A <= B, got '5-2'"):
+        get_strategy("clustered:5-2")
+    with pytest.raises(SwappruneError, match="clustered:REGION is A-B or a threshold"):
+        get_strategy("clustered:a-b")
+    with pytest.raises(SwappruneError, match="clustered needs a region"):
+        get_strategy("clustered")
+
+
+def test_ranked_pairs_check_protects_the_ends_with_skip_ends():
+    rp, plain = get_strategy("ranked-pairs:skip-ends"), get_strategy("ranked-pairs")
+    rp.check(6, Constraints(8))
+    plain.check(7, Constraints(8))
+    with pytest.raises(SwappruneError, match="first 1 and last 1 protected"):
+        rp.check(7, Constraints(8))
+    # explicit protection wider than the boundary skip wins
+    with pytest.raises(SwappruneError, match="first 2 and last 3 protected"):
+        rp.check(4, Constraints(8, protect_first=2, protect_last=3))
+    rp.check(3, Constraints(8, protect_first=2, protect_last=3))
+    with pytest.raises(SwappruneError, match="every block"):
+        rp.check(8, Constraints(8))
+    # blocks 1 and L-2 stay allowed under skip-ends; pairs are read as given (j < i too)
+    table = {(7, 6): 0.1, (1, 0): 0.2, (1, 3): 0.3, (6, 7): 0.4, (2, 4): 0.5}
+    sel = rp.choose(SelectionInputs(np.ones(8), 3, Constraints(8), pair_table=table))
+    assert sel == Selection([1, 2, 6], order=[6, 1, 2])
+    with pytest.raises(SwappruneError, match="found only 3 removable lower blocks"):
+        rp.choose(SelectionInputs(np.ones(8), 4, Constraints(8), pair_table=table))
+
+
+def test_ranked_pairs_equal_distances_go_by_lower_index():
+    table = {(5, 6): 0.1, (2, 3): 0.1, (4, 7): 0.1, (2, 6): 0.1, (1, 2): 0.2}
+    rp = get_strategy("ranked-pairs")
+    sel = rp.choose(SelectionInputs(np.ones(8), 4, Constraints(8), pair_table=table))
+    # (2, 3) before (2, 6) by the upper index; 2 is taken once
+    assert sel.order == [2, 4, 5, 1] and sel.removed == [1, 2, 4, 5]
+
+
+def test_beam_check():
+    beam = get_strategy("beam")
+    beam.check(7, Constraints(8))
+    with pytest.raises(SwappruneError, match="every block"):
+        beam.check(8, Constraints(8))
+    beam.max_calls, beam.seeds = 1, 1
+    beam.check(2, Constraints(8))
+    beam.max_calls = 0
+    with pytest.raises(SwappruneError, match="max_calls >= 1 and seeds >= 1"):
+        beam.check(2, Constraints(8))
+    beam.max_calls, beam.seeds = 1, 0
+    with pytest.raises(SwappruneError, match="max_calls >= 1 and seeds >= 1"):
+        beam.check(2, Constraints(8))
+
+
+def test_clustered_threshold_edges():
+    # equal to the threshold counts; two runs of equal length: the earlier one
+    imp = np.array([0.1, 0.1, 0.5, 0.1, 0.1, 0.5, 0.0, 0.9])
+    c = get_strategy("clustered:0.10")
+    sel = c.choose(SelectionInputs(imp, 2, Constraints(8)))
+    assert sel == Selection([0, 1], notes={"region": [0, 1]})
+    # a run starting after a break; the longest wins over an earlier shorter one
+    imp = np.array([0.0, 0.5, 0.2, 0.1, 0.05, 0.5, 0.9, 0.9])
+    sel = get_strategy("clustered:0.2").choose(SelectionInputs(imp, 2, Constraints(8)))
+    assert sel == Selection([3, 4], notes={"region": [2, 4]})
+    # protected blocks are outside every region
+    sel = get_strategy("clustered:0.2").choose(
+        SelectionInputs(imp, 1, Constraints(8, protect_first=3))
+    )
+    assert sel.notes["region"] == [3, 4] and sel.removed == [4]
+    with pytest.raises(SwappruneError, match=r"region \[3, 4\] holds 2 blocks; budget 3 needs"):
+        get_strategy("clustered:0.2").choose(
+            SelectionInputs(imp, 3, Constraints(8, protect_first=3))
+        )
+
+
+def test_clustered_range_respects_protection():
+    c = get_strategy("clustered:0-3")
+    c.check(3, Constraints(8, protect_first=1))
+    with pytest.raises(SwappruneError, match="budget 4 exceeds the 3 removable blocks in "):
+        c.check(4, Constraints(8, protect_first=1))
+    sel = c.choose(SelectionInputs(np.zeros(8), 3, Constraints(8, protect_first=1)))
+    assert sel == Selection([1, 2, 3], notes={"region": [1, 3]})
+    c3 = get_strategy("clustered:3-3")
+    c3.check(1, Constraints(8))
+    assert c3.choose(SelectionInputs(np.zeros(8), 1, Constraints(8))).removed == [3]
+
+
+def test_contiguous_edges():
+    # equal sums: the earlier run
+    imp = np.array([1.0, 0.0, 1.0, 0.0, 1.0, 5.0])
+    assert pick("contiguous", imp, 2) == [0, 1]
+    # the last possible run is reachable, protection moves the window
+    imp = np.array([5.0, 5.0, 5.0, 5.0, 0.0, 0.0])
+    assert pick("contiguous", imp, 2) == [4, 5]
+    assert pick("contiguous", imp, 2, protect_last=1) == [3, 4]
+    assert pick("contiguous", np.zeros(6), 2, protect_first=2) == [2, 3]
+    assert pick("contiguous", np.array([0.0, 0.0, 9.0, 9.0]), 1, protect_first=2) == [2]
+    seen = []
+
+    def spans(n):
+        seen.append(n)
+        return np.array([3.0, 1.0, 1.0, 2.0, 0.5])
+
+    got = get_strategy("contiguous").select(
+        np.zeros(6), 2, Constraints(6, protect_last=1), span_scores=spans
+    )
+    assert got == [1, 2] and seen == [2]  # start 4 would need block 5; 1 ties 2
+
+
+def test_beam_keeps_the_cheapest_width_and_counts_calls():
+    calls = []
+
+    def oracle(removed):
+        calls.append(tuple(removed))
+        return float(sum(removed))
+
+    beam = get_strategy("beam:1")
+    beam.seeds = 2
+    sel = beam.choose(SelectionInputs(IMP, 2, Constraints(8), oracle=oracle))
+    # seeds 5 and 1; width 1 keeps {1}; then {1, b} for the 7 other blocks
+    assert calls[:2] == [(5,), (1,)] and len(calls) == 2 + 7
+    assert sel.removed == [0, 1] and sel.oracle_calls == 9 == beam.calls
+    assert sel.notes == {"width": 1, "seeds": 2, "cap": 400, "capped": False}
+    assert sel.order is None
+
+
+def test_beam_respects_protection_and_reuses_cached_sets():
+    calls = []
+
+    def oracle(removed):
+        calls.append(tuple(removed))
+        return float(sum(removed))
+
+    beam = get_strategy("beam:3")
+    sel = beam.choose(
+        SelectionInputs(
+            np.zeros(6), 3, Constraints(6, protect_first=1, protect_last=1), oracle=oracle
+        )
+    )
+    assert sel.removed == [1, 2, 3]
+    assert all(0 not in c and 5 not in c for c in calls)
+    assert len(calls) == len(set(calls)) == sel.oracle_calls
+    # 4 seeds; 6 pairs of 4 blocks; 3 triples extend the beams {1, 2}, {1, 3}, {1, 4}
+    assert sel.oracle_calls == 4 + 6 + 3
+
+
+def test_beam_cap_on_seeds_and_budget_one():
+    beam = get_strategy("beam:2")
+    beam.max_calls = 2
+    sel = beam.choose(SelectionInputs(IMP, 3, Constraints(8), oracle=lambda r: float(sum(r))))
+    # only two seeds scored (5 and 1); the cheaper one is completed by the criterion
+    assert sel.oracle_calls == 2 and sel.notes["capped"] is True
+    assert sel.removed == [1, 3, 5] and sel.notes["completed_by_criterion"] == [5, 3]
+    one = get_strategy("beam:2")
+    sel = one.choose(SelectionInputs(IMP, 1, Constraints(8), oracle=lambda r: -float(r[0])))
+    assert sel.removed == [7] and sel.oracle_calls == 8
+    assert "completed_by_criterion" not in sel.notes
+
+
+def test_iterative_calls_rescore_between_steps_only():
+    calls = []
+
+    def rescore(removed):
+        calls.append(list(removed))
+        return np.zeros(6)
+
+    it = get_strategy("iterative")
+    sel = it.choose(
+        SelectionInputs(np.array([3.0, 2, 1, 0, 5, 5]), 2, Constraints(6), rescore=rescore)
+    )
+    assert sel == Selection([0, 3], order=[3, 0]) and it.order == [3, 0] and calls == [[3]]
+    one = it.choose(
+        SelectionInputs(np.array([3.0, 2, 1, 0, 5, 5]), 1, Constraints(6), rescore=rescore)
+    )
+    assert one.removed == [3] and calls == [[3]]
+    got = it.select(np.zeros(6), 2, Constraints(6, protect_first=4), rescore=rescore)
+    assert got == [4, 5]
+    with pytest.raises(SwappruneError, match="rescore a pruned model"):
+        it.choose(SelectionInputs(np.zeros(6), 1, Constraints(6)))
+
+
+def test_order_and_select_record_the_choice():
+    inputs = SelectionInputs(np.array([0.2, 0.1, 0.1, 0.0]), 1, Constraints(4))
+    assert inputs.order() == [3, 1, 2, 0]
+    assert inputs.order([0, 1, 2]) == [1, 2, 0]
+    assert inputs.order([0, 3], np.array([0.0, 0, 0, -1])) == [3, 0]
+    ranked = get_strategy("ranked")
+    assert ranked.select([0.2, 0.1, 0.1, 0.0], 2, Constraints(4)) == [1, 3]
+    assert ranked.last == Selection([1, 3])
+
+
+def test_describe_lists_every_spec_with_its_first_line():
+    lines = dict(describe())
+    assert sorted(lines) == [
+        "beam:W",
+        "clustered:REGION",
+        "contiguous",
+        "distributed:G",
+        "greedy",
+        "iterative",
+        "ranked",
+        "ranked-pairs",
+        "spaced:G",
+    ]
+    assert (
+        lines["greedy"]
+        == "The paper's stated rule: the n most removable blocks, never two adjacent."
+    )
+    assert lines["spaced:G"].startswith("``spaced:G``: the most removable blocks")
