@@ -153,11 +153,13 @@ def _with_pair_scaled(scores, pair: Pair, keys: Sequence[str], factor: float):
     return ScoreResult(meta=scores.meta, pairs=pairs, deletion=scores.deletion)
 
 
-def decisive_pairs(scores, crits, strat, budget: int, cons: Constraints, idx) -> set[Pair]:
+def decisive_pairs(
+    scores, crits, strat, budget: int, cons: Constraints, idx, tiebreak=None
+) -> set[Pair]:
     """Pairs whose distance, moved to either end of its CI, changes some criterion's selection."""
     out: set[Pair] = set()
     for crit in crits:
-        chosen = select_on(scores, crit, strat, budget, cons)
+        chosen = select_on(scores, crit, strat, budget, cons, tiebreak=tiebreak)
         keys = ("inter",) if crit.name == "interchange" else ("repl_ij", "repl_ji")
         for pair in scores.pairs:
             if pair in out:
@@ -167,7 +169,7 @@ def decisive_pairs(scores, crits, strat, budget: int, cons: Constraints, idx) ->
                 continue
             for bound in _pair_ci(scores, crit.name, pair, idx):
                 moved = _with_pair_scaled(scores, pair, keys, bound / point)
-                if select_on(moved, crit, strat, budget, cons) != chosen:
+                if select_on(moved, crit, strat, budget, cons, tiebreak=tiebreak) != chosen:
                     out.add(pair)
                     break
     return out
@@ -183,6 +185,7 @@ def calibrate(
     constraints: Constraints | None = None,
     settings: AdaptiveSettings = AdaptiveSettings(),
     pool: int | None = None,
+    tiebreak=None,
 ) -> AdaptiveResult:
     """The adaptive loop on any ``measure`` (pure: no torch).
 
@@ -197,6 +200,9 @@ def calibrate(
         constraints: protected blocks.
         settings: target, tranche, maximum, bootstrap.
         pool: windows available (default ``settings.max_windows``).
+        tiebreak: ``[L]`` key that breaks ties between equally removable blocks (the
+            residual norms the plan will use), held fixed across resamples; ``None``:
+            the lower index.
 
     Returns:
         An :class:`AdaptiveResult`.
@@ -254,7 +260,7 @@ def calibrate(
         )
         stab = {
             c.name: selection_stability(
-                scores, c, strat, budget, cons, settings.n_boot, settings.seed
+                scores, c, strat, budget, cons, settings.n_boot, settings.seed, tiebreak=tiebreak
             )
             for c in crits
         }
@@ -272,7 +278,7 @@ def calibrate(
             stopped = "max windows"
             break
         idx = resample_indices(used, settings.n_boot, settings.seed)
-        decisive = decisive_pairs(scores, crits, strat, budget, cons, idx)
+        decisive = decisive_pairs(scores, crits, strat, budget, cons, idx, tiebreak)
         if not decisive:
             play = {
                 b
@@ -376,6 +382,14 @@ def adaptive_score(
         return res.pairs
 
     pairs = [(i, i + 1) for i in range(L - 1)]
+    tiebreak = None
+    if any(getattr(_resolve(c, strategy)[0], "tiebreak", None) == "residual" for c in criteria):
+        # The plan breaks ties by the residual update measured on this pool; the stopping
+        # rule must judge the selection the plan will actually make.
+        from swapprune.engine.oracle import residual_norms
+
+        tiebreak = residual_norms(model, ids, batch_size)
+        counter["block_evals"] += L * -(-ids.shape[0] // batch_size)
     result = calibrate(
         measure,
         pairs,
@@ -386,6 +400,7 @@ def adaptive_score(
         constraints,
         settings,
         pool=ids.shape[0],
+        tiebreak=tiebreak,
     )
     used = np.random.default_rng(settings.seed).permutation(
         min(settings.max_windows, ids.shape[0])

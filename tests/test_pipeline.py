@@ -138,6 +138,8 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["scores"]["adaptive"]["windows"] <= 16
     assert plan["scores"]["stability"]["chosen"] == plan["removed"]
+    # The stopping rule judged the selection the plan made (same residual tie-break).
+    assert plan["scores"]["adaptive"]["rounds"][-1]["chosen"]["interchange"] == plan["removed"]
     assert "cost" not in json.loads((out / "metrics.json").read_text())
 
 
