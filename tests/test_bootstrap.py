@@ -197,6 +197,7 @@ def test_paired_fields_and_difference_interval():
     q = np.percentile(np.array(rb) / np.array(ra), [5, 95])
     assert [cmp.ratio.low, cmp.ratio.high] == pytest.approx(q)
     assert (cmp.ratio.level, cmp.ratio.n_boot) == (0.9, 150)
+    assert (cmp.difference.level, cmp.difference.n_boot) == (0.9, 150)
 
 
 def _comparison(a, b, low, estimate, high):
@@ -225,3 +226,25 @@ def test_bad_input_messages():
         ci_of_statistic(np.ones((2, 2, 2)), "mean")
     with pytest.raises(ValueError, match=r"unknown statistic 'nope'; known: \['bits', "):
         ci_of_statistic([1.0, 2.0], "nope")
+
+
+def test_ci_ppl_passes_its_seed():
+    nll, n = np.arange(1.0, 21.0), np.full(20, 4.0)
+    units = np.column_stack([nll, n])
+    assert ci_ppl(nll, n) == ci_ppl(nll, n, seed=0) == ci_of_statistic(units, "ppl", seed=0)
+    assert ci_ppl(nll, n, n_boot=100, level=0.9, seed=3) == ci_of_statistic(
+        units, "ppl", n_boot=100, level=0.9, seed=3
+    )
+
+
+def test_units_become_float64():
+    # Unsigned counts would wrap around in a difference statistic; booleans cannot subtract.
+    units = np.array([[1, 3], [2, 5], [0, 4]], dtype=np.uint8)
+
+    def stat(r):
+        return (r[..., 0] - r[..., 1]).mean(axis=-1)
+
+    ci = ci_of_statistic(units, stat, n_boot=50)
+    assert ci.estimate == pytest.approx(-3.0) and ci.high < 0
+    flags = np.array([[True, False], [False, False], [True, True]])
+    assert ci_of_statistic(flags, stat, n_boot=50).estimate == pytest.approx(1 / 3)
