@@ -62,6 +62,8 @@ class Estimate:
         return self.block_evals * self.block_seconds
 
     def describe(self) -> str:
+        if math.isnan(self.block_seconds):
+            return f"{self.block_evals} block evaluations"
         return (
             f"about {self.block_evals} block evaluations, ~{_duration(self.seconds)} at "
             f"{1000 * self.block_seconds:.0f} ms per block on this machine"
@@ -77,22 +79,23 @@ def _duration(seconds: float) -> str:
 
 
 def estimate_scoring(model, input_ids, pairs, probes, batch_size: int) -> Estimate:
-    """Count the block calls; time one block on one window, scaled to a batch.
+    """Count the block calls; for longer runs, time one base pass on the first batch.
 
-    The timing runs the decoder stack on a single window, keeping logits for its
-    last position only (cheap next to the run it predicts), after a warm-up call.
+    The timed pass keeps logits for the last position only, after a warm-up call.
+    A run of a few base passes' worth is not timed (the timing would cost as much).
     """
     import torch
 
     from swapprune.architectures import decoder_stack
 
     L = decoder_stack(model).num_layers
-    one = input_ids[:1].to(next(model.parameters()).device)
+    evals = block_evaluations(L, pairs, probes, input_ids.shape[0], batch_size)
+    if evals <= 4 * L:
+        return Estimate(evals, float("nan"))
+    batch = input_ids[:batch_size].to(next(model.parameters()).device)
     with torch.no_grad():
-        model(input_ids=one[:, :8], use_cache=False)  # warm-up: first-call allocations
+        model(input_ids=batch[:1, :8], use_cache=False)  # warm-up: first-call allocations
         start = time.perf_counter()
-        model(input_ids=one, use_cache=False, logits_to_keep=1)
+        model(input_ids=batch, use_cache=False, logits_to_keep=1)
         elapsed = time.perf_counter() - start
-    # Block cost grows about linearly with the windows of a batch.
-    per_block = elapsed / L * min(batch_size, input_ids.shape[0])
-    return Estimate(block_evaluations(L, pairs, probes, input_ids.shape[0], batch_size), per_block)
+    return Estimate(evals, elapsed / L)
