@@ -122,7 +122,7 @@ def run(
         cost = book.stage("cost", stages.measure_cost, cfg, loaded, plan)
         book.metrics["cost"] = cost.to_dict() | {"summary": cost.summary()}
         if cost.warning:
-            book.say(f"warning: {cost.warning}")
+            book.say(cost.warning)
 
     if cfg.prune:
         from swapprune.surgery import apply_plan

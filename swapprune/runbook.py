@@ -147,7 +147,7 @@ def card_lines(metrics: dict, plan) -> list[str]:
             "",
             f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
             "over windows of the matched contract).",
-            *([f"- **Warning**: {cost['warning']}"] if cost.get("warning") else []),
+            *([f"- **{cost['warning']}**"] if cost.get("warning") else []),
             "",
         ]
     stab = metrics.get("stability")

@@ -25,6 +25,7 @@ QUICK = {
     "calibration.prompts": 16,
     "calibration.tokens": 64,
     "score.bootstrap": 200,
+    "cost.windows": 4,
 }
 
 

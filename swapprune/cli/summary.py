@@ -63,7 +63,7 @@ def print_prune_summary(res) -> None:
     if cost:
         print(cost["summary"])
         if cost.get("warning"):
-            print(f"warning: {cost['warning']}")
+            print(cost["warning"])
     sc = res.metrics.get("selfcheck") or {}
     if sc.get("skipped"):
         print("self-check: skipped")
