@@ -148,3 +148,14 @@ def test_version_and_command_did_you_mean(capsys):
     assert main(["scroe"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "swapprune: error: unknown command 'scroe' (did you mean 'score'?)"
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["prune"], ["score"], ["apply"], ["eval"], ["compare"], ["validate"], ["run"],
+                ["list"], ["--budget", "2"]])
+def test_help_of_every_command(command, capsys):
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: swapprune")
+    if command[:1] in (["prune"], ["--budget"]):
+        assert "(default: 64)" in out and "--no-eval" in out and "--quick" in out

@@ -147,7 +147,8 @@ def add_section(
         if defaults and f.name in defaults:
             default = defaults[f.name]
         tp = _base_type(hints[f.name])
-        kwargs: dict[str, Any] = {"dest": dest, "help": meta.get("help", "")}
+        # argparse %-formats help strings: a literal % must be doubled.
+        kwargs: dict[str, Any] = {"dest": dest, "help": meta.get("help", "").replace("%", "%%")}
         if tp is bool:
             if default:
                 flag = f"--no-{name}" if not pre else f"--{pre}-no-{name}"
@@ -162,10 +163,9 @@ def add_section(
                 kwargs["metavar"] = meta.get("metavar") or ("N,N" if item is int else "A,B")
             else:
                 kwargs["type"] = tp
-                if meta.get("metavar"):
-                    kwargs["metavar"] = meta["metavar"]
+                kwargs["metavar"] = meta.get("metavar") or f.name.upper()
             kwargs["default"] = default
-            kwargs["help"] += _default_text(default)
+            kwargs["help"] += _default_text(default).replace("%", "%%")
             if f.name in required:
                 # Checked after parsing (check_required), so a deprecated alias also counts.
                 kwargs["default"] = None
