@@ -8,6 +8,7 @@ from swapprune.selection import (
     INPUTS,
     STRATEGIES,
     Constraints,
+    Ranked,
     Selection,
     SelectionInputs,
     describe,
@@ -92,7 +93,7 @@ def test_beam_uses_oracle_and_caps_calls():
     beam = get_strategy("beam:2")
     assert beam.select(IMP, 2, Constraints(8), oracle=oracle) == [1, 5]
     assert beam.calls <= beam.max_calls
-    with pytest.raises(SwappruneError, match="oracle"):
+    with pytest.raises(SwappruneError, match=r"beam search needs the model \(an oracle\)"):
         beam.select(IMP, 2, Constraints(8))
 
 
@@ -166,7 +167,7 @@ def test_ranked_pairs_on_a_llama_like_table():
     assert plain.select(imp, 3, Constraints(32), pair_table=LLAMA_LIKE) == [0, 24, 25]
     # every scored pair counts, adjacent or not: a gap-2 pair contributes its lower block
     assert plain.select(imp, 1, Constraints(32), pair_table={(3, 5): 0.1, (4, 5): 0.2}) == [3]
-    with pytest.raises(SwappruneError, match="pair"):
+    with pytest.raises(SwappruneError, match=r"ranked-pairs needs pair scores \(criterion"):
         plain.select(imp, 1, Constraints(32))
     with pytest.raises(SwappruneError, match="budget 9"):
         rp.select(imp, 9, Constraints(32), pair_table=LLAMA_LIKE)
@@ -295,8 +296,13 @@ def test_strategy_arguments():
         get_strategy("clustered:5-2")
     with pytest.raises(SwappruneError, match="clustered:REGION is A-B or a threshold"):
         get_strategy("clustered:a-b")
-    with pytest.raises(SwappruneError, match="clustered needs a region"):
+    with pytest.raises(
+        SwappruneError, match="clustered needs a region: clustered:A-B or clustered:T"
+    ):
         get_strategy("clustered")
+    # a negative start is not a range (the first '-' splits A from B)
+    with pytest.raises(SwappruneError, match="clustered:REGION is A-B or a threshold"):
+        get_strategy("clustered:-1-3")
 
 
 def test_ranked_pairs_check_protects_the_ends_with_skip_ends():
@@ -335,10 +341,10 @@ def test_beam_check():
     beam.max_calls, beam.seeds = 1, 1
     beam.check(2, Constraints(8))
     beam.max_calls = 0
-    with pytest.raises(SwappruneError, match="max_calls >= 1 and seeds >= 1"):
+    with pytest.raises(SwappruneError, match="beam search needs max_calls >= 1 and seeds >= 1"):
         beam.check(2, Constraints(8))
     beam.max_calls, beam.seeds = 1, 0
-    with pytest.raises(SwappruneError, match="max_calls >= 1 and seeds >= 1"):
+    with pytest.raises(SwappruneError, match="beam search needs max_calls >= 1 and seeds >= 1"):
         beam.check(2, Constraints(8))
 
 
@@ -361,12 +367,16 @@ def test_clustered_threshold_edges():
         get_strategy("clustered:0.2").choose(
             SelectionInputs(imp, 3, Constraints(8, protect_first=3))
         )
+    with pytest.raises(SwappruneError, match=r"region \[2, 4\] holds 3 blocks; budget 4 needs"):
+        get_strategy("clustered:0.2").choose(SelectionInputs(imp, 4, Constraints(8)))
 
 
 def test_clustered_range_respects_protection():
     c = get_strategy("clustered:0-3")
     c.check(3, Constraints(8, protect_first=1))
-    with pytest.raises(SwappruneError, match="budget 4 exceeds the 3 removable blocks in "):
+    with pytest.raises(
+        SwappruneError, match="budget 4 exceeds the 3 removable blocks in clustered:0-3"
+    ):
         c.check(4, Constraints(8, protect_first=1))
     sel = c.choose(SelectionInputs(np.zeros(8), 3, Constraints(8, protect_first=1)))
     assert sel == Selection([1, 2, 3], notes={"region": [1, 3]})
@@ -465,7 +475,10 @@ def test_iterative_calls_rescore_between_steps_only():
     assert one.removed == [3] and calls == [[3]]
     got = it.select(np.zeros(6), 2, Constraints(6, protect_first=4), rescore=rescore)
     assert got == [4, 5]
-    with pytest.raises(SwappruneError, match="rescore a pruned model"):
+    with pytest.raises(
+        SwappruneError,
+        match="iterative selection needs a criterion that can rescore a pruned model",
+    ):
         it.choose(SelectionInputs(np.zeros(6), 1, Constraints(6)))
 
 
@@ -497,3 +510,29 @@ def test_describe_lists_every_spec_with_its_first_line():
         == "The paper's stated rule: the n most removable blocks, never two adjacent."
     )
     assert lines["spaced:G"].startswith("``spaced:G``: the most removable blocks")
+
+
+def test_beam_capped_at_the_seeds_or_before_any_call():
+    beam = get_strategy("beam:3")
+    beam.seeds = beam.max_calls = 2
+    sel = beam.choose(SelectionInputs(IMP, 2, Constraints(8), oracle=lambda r: -float(sum(r))))
+    # both seeds scored (5 and 1; 5 is costlier), then the cap: filled by the criterion
+    assert sel.removed == [1, 5] and sel.oracle_calls == 2 and sel.notes["capped"] is True
+    assert sel.notes["completed_by_criterion"] == [1]
+    # no call allowed at all (choose without check): the criterion's order alone
+    beam.max_calls = 0
+    sel = beam.choose(SelectionInputs(IMP, 2, Constraints(8), oracle=lambda r: 0.0))
+    assert sel.removed == [1, 5] and sel.oracle_calls == 0
+    assert sel.notes["completed_by_criterion"] == [5, 1]
+
+
+class _Spy(Ranked):
+    def choose(self, inputs):
+        self.seen = inputs.importance
+        return super().choose(inputs)
+
+
+def test_select_hands_strategies_float_importance():
+    spy = _Spy()
+    assert spy.select([3, 1, 2], 1, Constraints(3)) == [1]
+    assert spy.seen.dtype == np.float64 and spy.seen.tolist() == [3.0, 1.0, 2.0]
