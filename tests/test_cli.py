@@ -151,8 +151,20 @@ def test_version_and_command_did_you_mean(capsys):
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["prune"], ["score"], ["apply"], ["eval"], ["compare"], ["validate"], ["run"],
-                ["list"], ["--budget", "2"]])
+    "command",
+    [
+        [],
+        ["prune"],
+        ["score"],
+        ["apply"],
+        ["eval"],
+        ["compare"],
+        ["validate"],
+        ["run"],
+        ["list"],
+        ["--budget", "2"],
+    ],
+)
 def test_help_of_every_command(command, capsys):
     assert main([*command, "--help"]) == 0
     out = capsys.readouterr().out

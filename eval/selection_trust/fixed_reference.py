@@ -33,31 +33,53 @@ def main() -> None:
     pool = load_calibration(tok, None, n_pool, n_tok, 0)
     vals: dict = {}
     meta = None
-    rec: dict = {"pool": n_pool, "tokens": n_tok, "chunk": chunk, "positions": "all",
-                 "chunks": [], "note": "process_time CPU seconds on a shared 2-core machine"}
+    rec: dict = {
+        "pool": n_pool,
+        "tokens": n_tok,
+        "chunk": chunk,
+        "positions": "all",
+        "chunks": [],
+        "note": "process_time CPU seconds on a shared 2-core machine",
+    }
     evals, cpu_tot, wall_tot = 0, 0.0, 0.0
     for start in range(0, n_pool, chunk):
-        sub = Calibration(pool.input_ids[start:start + chunk], pool.source, pool.seed)
+        sub = Calibration(pool.input_ids[start : start + chunk], pool.source, pool.seed)
         c, w = time.process_time(), time.perf_counter()
-        s = score(model, calibration=sub, protocols=("interchange",), pairs="adjacent",
-                  positions="all", batch_size=8, progress=False)
+        s = score(
+            model,
+            calibration=sub,
+            protocols=("interchange",),
+            pairs="adjacent",
+            positions="all",
+            batch_size=8,
+            progress=False,
+        )
         cpu_tot += time.process_time() - c
         wall_tot += time.perf_counter() - w
         evals += s.meta["timing"]["block_evals"]
         meta = meta or dict(s.meta)
         for p, d in s.pairs.items():
-            vals[p] = {k: np.concatenate([vals[p][k], v]) if p in vals else v
-                       for k, v in d.items()}
+            vals[p] = {k: np.concatenate([vals[p][k], v]) if p in vals else v for k, v in d.items()}
         full = ScoreResult(meta=dict(meta), pairs=dict(vals))
-        r: dict = {"windows": start + sub.input_ids.shape[0], "block_evals": evals,
-                   "cpu_s": cpu_tot, "wall_s": wall_tot, "budgets": {}}
+        r: dict = {
+            "windows": start + sub.input_ids.shape[0],
+            "block_evals": evals,
+            "cpu_s": cpu_tot,
+            "wall_s": wall_tot,
+            "budgets": {},
+        }
         for b in (2, 4, 8):
             st = selection_stability(full, "interchange", "greedy", b, n_boot=1000)
-            r["budgets"][b] = {"chosen": st.chosen, "frequency": st.frequency,
-                               "alternatives": st.alternatives[:2]}
+            r["budgets"][b] = {
+                "chosen": st.chosen,
+                "frequency": st.frequency,
+                "alternatives": st.alternatives[:2],
+            }
         rec["chunks"].append(r)
-        np.savez(out.replace(".json", ".npz"),
-                 **{f"{p[0]}_{p[1]}_{k}": v for p, d in vals.items() for k, v in d.items()})
+        np.savez(
+            out.replace(".json", ".npz"),
+            **{f"{p[0]}_{p[1]}_{k}": v for p, d in vals.items() for k, v in d.items()},
+        )
         write_json_atomic(out, rec)
         print(json.dumps(r), flush=True)
 
