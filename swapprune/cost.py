@@ -97,16 +97,16 @@ class Cost:
         }
 
 
-def next_step(budget: int | None) -> str:
+def next_step(budget: int | None, protocol: str | None = None) -> str:
     smaller = (
         f"a smaller budget (--budget {budget // 2})"
         if budget and budget > 1
         else "a smaller budget"
     )
-    return (
-        f"{smaller}, --protocol auto (verifies candidates on the pruned model), "
-        "or swapprune run with a healing stage"
+    auto = (
+        "" if protocol == "auto" else "--protocol auto (verifies candidates on the pruned model), "
     )
+    return f"{smaller}, {auto}or swapprune run with a healing stage"
 
 
 def pruning_cost(
@@ -196,9 +196,10 @@ def pruning_cost(
     )
     if dppl > threshold:
         budget = getattr(plan, "budget", None) if plan is not None else None
+        protocol = getattr(plan, "protocol", None) if plan is not None else None
         cost.warning = (
             f"warning: this cut raises perplexity by {dppl:+.0%} "
             f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-            f"next: {next_step(budget)}"
+            f"next: {next_step(budget, protocol)}"
         )
     return cost
