@@ -48,6 +48,7 @@ from loguru import logger
 from pydantic import Field, PrivateAttr, model_validator
 
 from swapprune.calibration import DEFAULT_PROMPTS, DEFAULT_TOKENS, Calibration
+from swapprune.config import SelectConfig
 from swapprune.errors import SwappruneError
 from swapprune.pruning import PruneRequest
 
@@ -112,8 +113,12 @@ class DepthPruningModifier(Modifier):
         return self
 
     def request(self) -> PruneRequest:
-        """The :class:`~swapprune.pruning.PruneRequest` these fields describe."""
-        return PruneRequest(
+        """The :class:`~swapprune.pruning.PruneRequest` these fields describe.
+
+        Built through the CLI's own :class:`~swapprune.config.SelectConfig`, so a
+        request is made one way everywhere.
+        """
+        return SelectConfig(
             budget=self.budget,
             protocol=self.protocol,
             strategy=self.strategy,
@@ -121,10 +126,9 @@ class DepthPruningModifier(Modifier):
             merge=self.merge,
             protect_first=self.protect_first,
             protect_last=self.protect_last,
-            seed=self.seed,
-            oracle_metric=self.oracle_metric,
-            beam_calls=self.beam_calls,
-        )
+            oracle=self.oracle_metric,
+            max_oracle_calls=self.beam_calls,
+        ).request(self.seed)
 
     @property
     def plan(self):
