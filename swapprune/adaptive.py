@@ -355,9 +355,15 @@ def adaptive_score(
     if calibration is None:
         if tokenizer is None:
             raise SwappruneError("adaptive calibration needs a tokenizer or calibration windows")
-        ctx = getattr(model.config, "max_position_embeddings", None)
+        from swapprune.architectures import context_length
+
         calibration = load_calibration(
-            tokenizer, calib, settings.max_windows, tokens, settings.seed, ctx
+            tokenizer,
+            calib,
+            settings.max_windows,
+            tokens,
+            settings.seed,
+            context_length(model.config),
         )
     ids = calibration.input_ids
     protocols = sorted({_resolve(c, strategy)[0].name for c in criteria})

@@ -115,14 +115,7 @@ class ModelFacts:
         model_type = getattr(config, "model_type", "")
         spec = ARCHITECTURES.get(model_type)
         count = int(getattr(config, spec.count_key if spec else _count_key(config)))
-        ctx = next(
-            (
-                int(v)
-                for k in _CONTEXT_KEYS
-                if isinstance(v := getattr(config, k, None), int) and v > 0
-            ),
-            None,
-        )
+        ctx = context_length(config)
         hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
         types = getattr(config, TYPE_KEY, None)
         return cls(
@@ -136,7 +129,11 @@ class ModelFacts:
 
 def context_length(config) -> int | None:
     """The model's context length from its config (``None`` if it states none)."""
-    return ModelFacts.from_config(config).context_length
+    config = getattr(config, "text_config", None) or config
+    return next(
+        (int(v) for k in _CONTEXT_KEYS if isinstance(v := getattr(config, k, None), int) and v > 0),
+        None,
+    )
 
 
 def get_submodule(root: nn.Module, path: str) -> nn.Module | None:

@@ -194,9 +194,9 @@ def heal(
     targets = list(config.target_modules or default_targets(model))
     _check_targets(model, targets)
     if windows is None:
-        windows = heal_windows(
-            tokenizer, config, getattr(model.config, "max_position_embeddings", None)
-        )
+        from swapprune.architectures import context_length
+
+        windows = heal_windows(tokenizer, config, context_length(model.config))
     probe = windows.train[:8]
     start = time.perf_counter()
     loss_before = mean_nll(model, probe, config.batch_size)

@@ -74,7 +74,7 @@ class RunBook:
         if ppl is not None:
             costs["wikitext2_ppl"] = ppl.metrics["perplexity"].value
 
-    def provenance(self, calibration) -> dict:
+    def provenance(self) -> dict:
         return {
             "command": self.command,
             "config": self.config.to_dict(),
@@ -98,7 +98,7 @@ class RunBook:
             plan,
             directory,
             save_dtype=dtype,
-            provenance=self.provenance(calibration),
+            provenance=self.provenance(),
             base_model_id=source.id,
             selfcheck=x.selfcheck,
             check_ids=ids,

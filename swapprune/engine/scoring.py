@@ -249,10 +249,9 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    ctx = getattr(model.config, "max_position_embeddings", None) or getattr(
-        model.config, "n_positions", None
-    )
-    return load_calibration(tokenizer, calib, prompts, tokens, seed, ctx)
+    from swapprune.architectures import context_length
+
+    return load_calibration(tokenizer, calib, prompts, tokens, seed, context_length(model.config))
 
 
 def _units(result: ScoreResult, pair_list: list[tuple[int, int]], num_layers: int) -> list[Unit]:
