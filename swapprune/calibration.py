@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from swapprune.errors import SwappruneError
+from swapprune.token_cache import encode
 
 DEFAULT_PROMPTS = 64
 DEFAULT_TOKENS = 128
@@ -67,7 +68,7 @@ def windows_from_text(
     """
     bos = _bos(tokenizer)
     body = tokens - len(bos)
-    ids = tokenizer(text, add_special_tokens=False).input_ids
+    ids = encode(tokenizer, text, add_special_tokens=False)
     available = len(ids) // body
     if available < prompts:
         raise SwappruneError(

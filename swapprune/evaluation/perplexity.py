@@ -98,7 +98,9 @@ def score_windows(lm, ids: list[int], windows: list[Window]) -> list[float]:
 
 def tokenize(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` with the tokenizer's default special tokens (BOS)."""
-    return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+    from swapprune.token_cache import encode
+
+    return encode(tokenizer, text, add_special_tokens=True)
 
 
 def run_wikitext2_ppl(
