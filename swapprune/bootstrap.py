@@ -18,8 +18,9 @@ and small but consistent differences are detected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -71,6 +72,8 @@ class PairedComparison:
         difference: ``b - a`` with its CI (same resampled units for both).
         ratio: ``b / a`` with its CI.
         n_units: Number of paired units.
+        p_value: Two-sided bootstrap p-value of "no difference" (:func:`bootstrap_p_value`).
+        se: Bootstrap standard error of the difference.
     """
 
     a: float
@@ -78,6 +81,8 @@ class PairedComparison:
     difference: Interval
     ratio: Interval
     n_units: int
+    p_value: float = float("nan")
+    se: float = float("nan")
 
 
 def _as_units(values) -> np.ndarray:
@@ -199,13 +204,95 @@ def paired_difference(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio_est = sb / sa if sa != 0 else float("nan")
         ratio_reps = rb / ra
+    diff = rb - ra
     return PairedComparison(
         a=sa,
         b=sb,
-        difference=_interval(sb - sa, rb - ra, level, n_boot),
+        difference=_interval(sb - sa, diff, level, n_boot),
         ratio=_interval(ratio_est, ratio_reps, level, n_boot),
         n_units=a.shape[0],
+        p_value=bootstrap_p_value(diff),
+        se=float(np.std(diff, ddof=1)) if n_boot > 1 else float("nan"),
     )
+
+
+def bootstrap_p_value(reps) -> float:
+    """Two-sided p-value of "the statistic is 0" from its bootstrap replicates.
+
+    Twice the smaller share of replicates on either side of zero (a replicate at
+    exactly zero counts for both sides), with the ``(k + 1) / (B + 1)``
+    correction so that ``B`` replicates never give less than ``2 / (B + 1)``.
+    Identical methods (every replicate 0) get 1.
+    """
+    r = np.asarray(reps, dtype=np.float64)
+    r = r[~np.isnan(r)]
+    if r.size == 0:
+        return float("nan")
+    tail = min(int(np.sum(r <= 0)), int(np.sum(r >= 0)))
+    return float(min(1.0, 2 * (tail + 1) / (r.size + 1)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down, monotone), in the order given.
+
+    Reject hypothesis ``i`` at family-wise level ``alpha`` when its adjusted
+    value is below ``alpha``. NaNs stay NaN and do not count towards the family.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    ok = np.flatnonzero(~np.isnan(p))
+    out = np.full(p.shape, np.nan)
+    m = ok.size
+    running = 0.0
+    for rank, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def minimum_detectable_difference(se: float, level: float = LEVEL, power: float = 0.8) -> float:
+    """Smallest true difference a two-sided test at ``level`` detects with ``power``.
+
+    Normal approximation: ``(z_{(1+level)/2} + z_{power}) * se``; with the defaults
+    ``2.80 * se``. A tie is only informative about differences above this.
+    """
+    z = NormalDist()
+    return float((z.inv_cdf((1 + level) / 2) + z.inv_cdf(power)) * se)
+
+
+def intervals_overlap(a: Interval, b: Interval) -> bool:
+    """Whether two marginal CIs share a point (the paper's tie test)."""
+    return a.low <= b.high and b.low <= a.high
+
+
+def paired_cost_ratio(
+    base_units,
+    a_units,
+    b_units,
+    statistic: str | Statistic,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> Interval:
+    """CI of ``cost(a) / cost(b)``, with ``cost(x) = statistic(x) / statistic(base) - 1``.
+
+    For perplexity this is the paper's pruning-level protocol ratio
+    ``I/R = dPPL%(interchange-guided) / dPPL%(replacement-guided)``. The three
+    runs must be on the same units; every resample applies one index set to all
+    three, so the shared window-to-window variation cancels.
+    """
+    base, a, b = _as_units(base_units), _as_units(a_units), _as_units(b_units)
+    if not base.shape == a.shape == b.shape:
+        raise ValueError(f"paired units differ in shape: {base.shape}, {a.shape}, {b.shape}")
+    stat = _statistic(statistic)
+    r0, ra, rb = _boot([base, a, b], stat, n_boot, seed)
+    s0, sa, sb = (float(stat(x[None])[0]) for x in (base, a, b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = (sa / s0 - 1) / (sb / s0 - 1) if sb != s0 else float("nan")
+        reps = (ra / r0 - 1) / (rb / r0 - 1)
+    reps = reps[np.isfinite(reps)]
+    if reps.size == 0:
+        return Interval(est, float("nan"), float("nan"), level, n_boot)
+    return _interval(est, reps, level, n_boot)
 
 
 def verdict(

@@ -50,11 +50,88 @@ def _primary(base, tasks):
     return task, next(iter(base.tasks[task].metrics))
 
 
-def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict:
-    """The ``results.json`` document (see the module docstring)."""
-    from swapprune.bootstrap import verdict
+ALPHA = 0.05
+
+
+def _units(result, task, metric):
+    t = result.tasks[task]
+    return t.matrix(metric), t.metrics[metric].statistic
+
+
+def _comparison(base, ca, cb, a: str, b: str, task: str, metric: str, rows: dict) -> dict:
+    """Method ``b`` against method ``a`` at one budget: every test the report states.
+
+    * paired: bootstrap of ``b - a`` over the same units (tie when its CI holds 0),
+      with its p-value and the minimum detectable difference (80% power);
+    * overlap: the paper's test, tie when the two marginal CIs overlap;
+    * ratio of costs ``cost(a) / cost(b)`` with a paired CI (the pruning-level I/R
+      when ``a`` is interchange and ``b`` replacement).
+    """
+    from swapprune.bootstrap import (
+        Interval,
+        intervals_overlap,
+        minimum_detectable_difference,
+        paired_cost_ratio,
+        verdict,
+    )
     from swapprune.evaluation import compare
 
+    cost_a, cost_b = rows[a]["cost_pct"], rows[b]["cost_pct"]
+    same = ca["plan"].kept == cb["plan"].kept and ca["plan"].merged == cb["plan"].merged
+    comp: dict = {
+        "a": a,
+        "b": b,
+        "task": task,
+        "metric": metric,
+        "same_layers": same,
+        "ratio_of_costs": (cost_a / cost_b) if cost_a is not None and cost_b else None,
+    }
+    if same:
+        comp["verdict"] = "same layers: identical models"
+        comp["overlap_verdict"] = comp["verdict"]
+        return comp
+    cmp, _ = compare(ca["result"], cb["result"], task, metric)
+    ma = ca["result"].tasks[task].metrics[metric]
+    mb = cb["result"].tasks[task].metrics[metric]
+    higher = ma.higher_is_better
+    comp["difference"] = {
+        "estimate": cmp.difference.estimate,
+        "ci": [cmp.difference.low, cmp.difference.high],
+    }
+    comp["verdict"] = verdict(cmp, higher, names=(a, b))
+    comp["p_value"] = cmp.p_value
+    comp["winner"] = b if (cmp.difference.estimate > 0) == higher else a
+    mdd = minimum_detectable_difference(cmp.se)
+    comp["mdd"] = mdd
+    base_value = base.tasks[task].metrics[metric].value
+    comp["mdd_pct"] = 100 * mdd / base_value if base_value else None
+    overlap = intervals_overlap(
+        Interval(ma.value, ma.low, ma.high), Interval(mb.value, mb.low, mb.high)
+    )
+    comp["overlap_verdict"] = "tie" if overlap else f"{comp['winner']} better"
+    if ma.units and cost_a is not None and cost_b:
+        (ua, stat), (ub, _), (u0, _) = (
+            _units(ca["result"], task, metric),
+            _units(cb["result"], task, metric),
+            _units(base, task, metric),
+        )
+        r = paired_cost_ratio(u0, ua, ub, stat)
+        comp["ratio_of_costs_ci"] = [r.low, r.high]
+    return comp
+
+
+def _holm(comparisons: list[dict]) -> None:
+    """Holm-adjust the paired p-values of one table (identical-model rows are not tests)."""
+    from swapprune.bootstrap import holm
+
+    tested = [c for c in comparisons if "p_value" in c]
+    for c, p in zip(tested, holm([c["p_value"] for c in tested]), strict=True):
+        c["p_holm"] = p
+        c["verdict_holm"] = "tie" if p >= ALPHA else f"{c['winner']} better"
+
+
+def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict:
+    """The ``results.json`` document (see the module docstring)."""
     task, metric = _primary(base, tasks)
     budgets = []
     for budget, methods in sorted(cells.items()):
@@ -77,29 +154,10 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
             }
         labels = [lab for lab in methods if not lab.startswith("random:")]
         for a, b in itertools.combinations(labels, 2):
-            ca, cb = methods[a], methods[b]
-            same = ca["plan"].kept == cb["plan"].kept and ca["plan"].merged == cb["plan"].merged
-            cost_a = entry["methods"][a]["cost_pct"]
-            cost_b = entry["methods"][b]["cost_pct"]
-            comp = {
-                "a": a,
-                "b": b,
-                "task": task,
-                "metric": metric,
-                "same_layers": same,
-                "ratio_of_costs": (cost_a / cost_b) if cost_a is not None and cost_b else None,
-            }
-            if same:
-                comp["verdict"] = "same layers: identical models"
-            else:
-                cmp, _ = compare(ca["result"], cb["result"], task, metric)
-                higher = ca["result"].tasks[task].metrics[metric].higher_is_better
-                comp["difference"] = {
-                    "estimate": cmp.difference.estimate,
-                    "ci": [cmp.difference.low, cmp.difference.high],
-                }
-                comp["verdict"] = verdict(cmp, higher, names=(a, b))
-            entry["comparisons"].append(comp)
+            entry["comparisons"].append(
+                _comparison(base, methods[a], methods[b], a, b, task, metric, entry["methods"])
+            )
+        _holm(entry["comparisons"])
         randoms = [
             entry["methods"][lab]["cost_pct"] for lab in methods if lab.startswith("random:")
         ]
@@ -121,7 +179,10 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
             "stride": job.max_length // 2,
             "ci": "95% percentile bootstrap, 1000 resamples over the task's units",
             "test": "paired bootstrap of the metric difference over the same units; "
-            "tie when its 95% CI includes zero",
+            "tie when its 95% CI includes zero; p-values Holm-adjusted across the "
+            "comparisons of one budget; overlap verdict: tie when the two marginal "
+            "95% CIs overlap (the paper's test); mdd: the difference detectable with "
+            "80% power at alpha 0.05",
             "cost": "relative change of the metric vs the unpruned model (dPPL% for perplexity)",
             "calibration": {
                 "source": job.calib.calib or "wikitext2-valid",
@@ -205,18 +266,32 @@ def write_markdown(results: dict, path: Path) -> None:
             )
     lines += [
         "",
-        f"Paired verdicts: B - A is the difference of {metric} (B minus A, in {metric} units) "
-        "over the same units; tie when its 95% CI includes zero; otherwise the better "
-        "method and the ratio of the two values.",
+        f"Verdicts. Paired: B - A is the difference of {metric} over the same units; tie "
+        "when its 95% CI includes zero. Holm: the paired p-values adjusted across the "
+        "comparisons of one budget (tie when >= 0.05). Overlap: the paper's test, tie when "
+        "the two marginal 95% CIs overlap. MDD: the smallest difference the paired test "
+        "detects with 80% power, as cost points (% of the baseline). Cost ratio: "
+        "cost(A) / cost(B) with a paired 95% CI (interchange vs replacement: the "
+        "pruning-level I/R).",
         "",
-        f"| n | A vs B | B - A ({metric}) [95% CI] | verdict |",
-        "|---|---|---|---|",
+        f"| n | A vs B | B - A ({metric}) [95% CI] | p (Holm) | paired | Holm | overlap | "
+        "MDD (pts) | cost A / B [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in results["budgets"]:
         for c in entry["comparisons"]:
             d = c.get("difference")
             diff = f"{_fmt(d['estimate'])} [{_fmt(d['ci'][0])}, {_fmt(d['ci'][1])}]" if d else "0"
-            lines.append(f"| {entry['budget']} | {c['a']} vs {c['b']} | {diff} | {c['verdict']} |")
+            p = f"{c['p_value']:.3g} ({c['p_holm']:.3g})" if "p_holm" in c else ""
+            rci = c.get("ratio_of_costs_ci")
+            ratio = _fmt(c.get("ratio_of_costs")) + (
+                f" [{_fmt(rci[0])}, {_fmt(rci[1])}]" if rci else ""
+            )
+            mdd = f"{c['mdd_pct']:.1f}" if c.get("mdd_pct") is not None else ""
+            lines.append(
+                f"| {entry['budget']} | {c['a']} vs {c['b']} | {diff} | {p} | {c['verdict']} | "
+                f"{c.get('verdict_holm', '')} | {c['overlap_verdict']} | {mdd} | {ratio} |"
+            )
     reg = results.get("regime")
     if reg:
         lines += [

@@ -248,3 +248,75 @@ def test_units_become_float64():
     assert ci.estimate == pytest.approx(-3.0) and ci.high < 0
     flags = np.array([[True, False], [False, False], [True, True]])
     assert ci_of_statistic(flags, stat, n_boot=50).estimate == pytest.approx(1 / 3)
+
+
+class TestVerdictStatistics:
+    def test_p_value_counts_tails_with_the_plus_one_floor(self):
+        from swapprune.bootstrap import bootstrap_p_value
+
+        assert bootstrap_p_value(np.zeros(999)) == 1.0
+        assert bootstrap_p_value(np.arange(1, 1000)) == pytest.approx(2 / 1000)
+        assert bootstrap_p_value(-np.arange(1, 1000)) == pytest.approx(2 / 1000)
+        assert bootstrap_p_value([-1.0, 1.0, 2.0, 3.0]) == pytest.approx(2 * 2 / 5)
+        assert bootstrap_p_value([0.0, 3, 4, 5, 6, 7, 8, 9, 10]) == pytest.approx(2 * 2 / 10)
+        assert bootstrap_p_value([-2.0, -1.0, 0.0, 3.0]) == 1.0  # 2 * 3 / 5 capped
+        assert np.isnan(bootstrap_p_value([np.nan]))
+
+    def test_holm_step_down(self):
+        from swapprune.bootstrap import holm
+
+        assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+        assert holm([0.6, 0.7]) == [1.0, 1.0]
+        out = holm([np.nan, 0.01, 0.02])
+        assert np.isnan(out[0]) and out[1:] == pytest.approx([0.02, 0.02])
+        assert holm([]) == []
+
+    def test_minimum_detectable_difference(self):
+        from swapprune.bootstrap import minimum_detectable_difference
+
+        assert minimum_detectable_difference(1.0) == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+        assert minimum_detectable_difference(2.0, level=0.9, power=0.5) == pytest.approx(
+            2 * 1.644854, abs=1e-5
+        )
+
+    def test_overlap(self):
+        from swapprune.bootstrap import Interval, intervals_overlap
+
+        a = Interval(1.0, 0.5, 1.5)
+        assert intervals_overlap(a, Interval(2.0, 1.5, 2.5))  # touching counts
+        assert intervals_overlap(Interval(2.0, 1.5, 2.5), a)
+        assert not intervals_overlap(a, Interval(2.0, 1.6, 2.5))
+        assert not intervals_overlap(Interval(2.0, 1.6, 2.5), a)
+
+    def test_cost_ratio_of_exact_factors(self):
+        from swapprune.bootstrap import paired_cost_ratio
+
+        rng = np.random.default_rng(3)
+        tokens = np.full(30, 50.0)
+        nll = 50 * np.log(20.0) + rng.normal(0, 4, 30)
+        units = [np.column_stack([nll + 50 * np.log(f), tokens]) for f in (1.0, 1.1, 1.4)]
+        r = paired_cost_ratio(*units, "ppl")
+        assert r.estimate == pytest.approx(0.1 / 0.4)
+        assert r.low == pytest.approx(0.25) and r.high == pytest.approx(0.25)
+
+    def test_cost_ratio_noisy_and_shapes(self):
+        from swapprune.bootstrap import paired_cost_ratio
+
+        rng = np.random.default_rng(4)
+        base = rng.normal(10, 1, 40)
+        a, b = base + 1 + rng.normal(0, 0.3, 40), base + 3 + rng.normal(0, 0.3, 40)
+        r = paired_cost_ratio(base, a, b, "mean")
+        est = (a.mean() / base.mean() - 1) / (b.mean() / base.mean() - 1)
+        assert r.estimate == pytest.approx(est)
+        assert r.low < est < r.high and r.high - r.low < 0.3
+        with pytest.raises(ValueError, match="differ in shape"):
+            paired_cost_ratio(base, a[:-1], b, "mean")
+
+    def test_paired_difference_reports_p_and_se(self):
+        x = np.random.default_rng(5).normal(0, 1, 25)
+        same = paired_difference(x, x, "mean")
+        assert same.p_value == 1.0 and same.se == 0.0
+        shifted = paired_difference(x, x + 0.5, "mean")
+        assert shifted.p_value == pytest.approx(2 / 1001) and shifted.se == pytest.approx(0.0)
+        noisy = paired_difference(x, x + np.random.default_rng(6).normal(0.1, 1, 25), "mean")
+        assert 0.0 < noisy.se < 1.0 and 0 < noisy.p_value <= 1

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from swapprune.bootstrap import resample_indices
 from swapprune.compare_report import SCHEMA, build_results, write_markdown
 from swapprune.engine.scores import ScoreResult
 from swapprune.evaluation.results import EvalResult, Metric, TaskResult
@@ -226,3 +227,75 @@ def test_paired_bootstrap_edge_cases():
     assert math.isnan(zero.ratio.estimate) and zero.difference.estimate == 1.0
     with pytest.raises(ValueError, match=r"paired units differ in shape: \(3, 1\) vs \(4, 1\)"):
         paired_difference(np.ones(3), np.ones(4), "mean")
+
+
+def test_every_verdict_of_a_budget(results):
+    """Paired p, Holm over the budget's tests, the paper's overlap test and the cost ratio CI."""
+    entry = results["budgets"][1]
+    exact_p = 2 / 1001  # every resample on one side: the (k + 1) / (B + 1) floor
+    c = _comparison(entry, "replacement", "interchange")
+    assert c["p_value"] == pytest.approx(exact_p) and c["winner"] == "interchange"
+    # two tests in this table (interchange vs sleb is one model): Holm doubles the smaller p
+    assert c["p_holm"] == pytest.approx(2 * exact_p)
+    assert c["verdict_holm"] == "interchange better"
+    # marginal CIs [0.9 v, 1.1 v]: 10.5 -> [9.45, 11.55], 13 -> [11.7, 14.3]: disjoint
+    assert c["overlap_verdict"] == "interchange better"
+    lo, hi = c["ratio_of_costs_ci"]
+    assert lo == pytest.approx(6.0) and hi == pytest.approx(6.0)  # cost(repl) / cost(inter)
+    # b - a = ppl_base(resample) * (1.05 - 1.30): its spread is the baseline's, scaled
+    idx = resample_indices(N, 1000, 0)
+    base_reps = np.exp(BASE_NLL[idx].sum(axis=1) / (N * TOK))
+    se = np.std(base_reps * (1.05 - 1.30), ddof=1)
+    assert c["mdd"] == pytest.approx(2.801585 * se, rel=1e-5)
+    base = results["baseline"][PPL]["word_perplexity"]["value"]
+    assert c["mdd_pct"] == pytest.approx(100 * c["mdd"] / base)
+    s = _comparison(entry, "replacement", "sleb")
+    assert s["p_holm"] == pytest.approx(2 * exact_p) and s["verdict_holm"] == "sleb better"
+    same = _comparison(entry, "interchange", "sleb")
+    assert "p_value" not in same and "p_holm" not in same
+    assert same["overlap_verdict"] == "same layers: identical models"
+    (tie,) = results["budgets"][0]["comparisons"]
+    assert tie["p_value"] == 1.0 and tie["p_holm"] == 1.0
+    assert tie["verdict_holm"] == "tie" and tie["overlap_verdict"] == "tie"
+
+
+def _noisy_cell(removed, factor, sigma, seed):
+    cell = _cell(removed, factor)
+    task = cell["result"].tasks[PPL]
+    noise = np.random.default_rng(seed).normal(0, sigma, N)
+    task.units["nll"] = (np.asarray(task.units["nll"]) + noise).tolist()
+    return cell
+
+
+def test_overlap_tie_where_paired_test_decides_and_mdd():
+    """Marginal CIs overlap (the paper's tie) while the paired test separates the methods."""
+    cells = {
+        3: {
+            "interchange": _noisy_cell([1, 2, 3], 1.10, 2.0, 1),
+            "replacement": _noisy_cell([2, 3, 4], 1.12, 2.0, 2),
+        }
+    }
+    res = build_results(JOB, "m", 6, _run(1.0), cells, None, [PPL])
+    (c,) = res["budgets"][0]["comparisons"]
+    assert c["verdict"].startswith("interchange better") and c["p_value"] < 0.05
+    assert c["overlap_verdict"] == "tie"  # [0.9 v, 1.1 v] intervals of 11.0 and 11.2 overlap
+    lo, hi = c["difference"]["ci"]
+    se_from_ci = (hi - lo) / (2 * 1.959964)
+    assert c["mdd"] == pytest.approx(2.801585 * se_from_ci, rel=0.2)
+    base = res["baseline"][PPL]["word_perplexity"]["value"]
+    assert c["mdd_pct"] == pytest.approx(100 * c["mdd"] / base)
+    rlo, rhi = c["ratio_of_costs_ci"]
+    assert rlo < c["ratio_of_costs"] < rhi < 1.0  # interchange's cost below replacement's
+
+
+def test_markdown_states_every_test(results, tmp_path):
+    path = tmp_path / "results.md"
+    write_markdown(results, path)
+    text = path.read_text()
+    assert "| p (Holm) | paired | Holm | overlap | MDD (pts) | cost A / B [95% CI] |" in text
+    row = next(line for line in text.splitlines() if "| 2 | replacement vs interchange |" in line)
+    cells = [x.strip() for x in row.split("|")]
+    assert cells[4] == f"{2 / 1001:.3g} ({4 / 1001:.3g})"
+    mdd = _comparison(results["budgets"][1], "replacement", "interchange")["mdd_pct"]
+    assert cells[6:9] == ["interchange better", "interchange better", f"{mdd:.1f}"]
+    assert cells[9] == "6 [6, 6]"
