@@ -201,6 +201,28 @@ def staging_dir(out: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def locked(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive advisory lock on the file ``path`` (created if missing), for the block.
+
+    The kernel drops the lock when its process dies, so a killed holder never
+    blocks the next one. Where ``fcntl`` is missing (Windows) this is a no-op:
+    callers must stay correct without it (atomic writes make a race cost only
+    duplicate work).
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file in the same directory and a rename."""
     path = Path(path)

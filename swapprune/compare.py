@@ -122,7 +122,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
     from swapprune import criteria, stages
-    from swapprune.artifacts import provenance, write_json_atomic, write_text_atomic
+    from swapprune.artifacts import locked, provenance, write_json_atomic, write_text_atomic
     from swapprune.evaluation import EvalResult, evaluate
     from swapprune.plan import PrunePlan
 
@@ -177,6 +177,15 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
 
     def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
         f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
+        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        if hit is not None:
+            return hit, 0.0
+        # Comparisons that share a cache (several calibration seeds, say) evaluate each
+        # model once: a second process waits for the first and reads its result.
+        with locked(f.with_name(f.name + ".lock")):
+            return _evaluate_into(f, m)
+
+    def _evaluate_into(f: Path, m) -> tuple[EvalResult, float]:
         hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
         if hit is not None:
             return hit, 0.0

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from swapprune.artifacts import staging_dir, write_json_atomic
+from swapprune.artifacts import locked, staging_dir, write_json_atomic
 
 FORMAT = 1
 MARKER = "swapprune-gguf.json"
@@ -164,22 +164,6 @@ def entry_ok(entry: Path, sha256: str | None = None) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (none where ``fcntl`` is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: concurrent first loads may both convert; the rename keeps one
-        yield
-        return
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
 def converted_dir(gguf_path: str | os.PathLike, *, progress: bool = True) -> Path:
     """The cache entry holding ``gguf_path`` converted to a Hugging Face directory.
 
@@ -205,7 +189,7 @@ def converted_dir(gguf_path: str | os.PathLike, *, progress: bool = True) -> Pat
     entry = directory / entry_name(sha)
     if entry_ok(entry, sha):
         return entry
-    with _locked(directory / f"{entry.name}.lock"):
+    with locked(directory / f"{entry.name}.lock"):
         if entry_ok(entry, sha):  # converted by another process while this one waited
             return entry
         if progress:
