@@ -222,7 +222,9 @@ def _select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bo
         model_id=loaded.source.id,
         progress=progress,
     )
-    if adaptive(config):
+    # Scores already measured on these windows (compare's shared probes) are used as they
+    # are; adaptive calibration only decides how many windows to probe when none are.
+    if adaptive(config) and scores is None:
         if p.protocol == "auto":
             from swapprune.auto import plan_auto
 

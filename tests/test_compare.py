@@ -159,3 +159,45 @@ def test_iterative_methods_are_selected_once(tmp_path, monkeypatch):
     res = json.loads((out / "results.json").read_text())
     removed = [b["methods"]["sleb"]["removed"] for b in res["budgets"]]
     assert set(removed[0]) < set(removed[1]) < set(removed[2])
+
+
+def test_auto_uses_the_shared_probes(tmp_path, monkeypatch):
+    """compare scores the windows once; auto selects on those scores, not on new tranches.
+
+    Built through the Python API with no ``score`` section, the path on which the
+    run configuration asks for adaptive calibration (``--protocol auto``'s default).
+    """
+    import swapprune.adaptive as adaptive
+    import swapprune.engine.sharding as sharding
+    from swapprune.compare import CompareJob, run_compare
+    from swapprune.config import (
+        CalibrationConfig,
+        CompareConfig,
+        EvalConfig,
+        ModelConfig,
+        RunConfig,
+    )
+
+    def no_tranches(*a, **k):
+        raise AssertionError("auto re-probed windows compare had already scored")
+
+    probes = []
+    real = sharding.score_sharded
+    monkeypatch.setattr(adaptive, "adaptive_score", no_tranches)
+    monkeypatch.setattr(
+        sharding, "score_sharded", lambda *a, **k: probes.append(1) or real(*a, **k)
+    )
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    run = RunConfig(
+        model=ModelConfig(model_dir),
+        calibration=CalibrationConfig(prompts=4, tokens=32),
+        eval=EvalConfig(words=150, max_length=64),
+    )
+    assert run.score is None and run.calibration.adaptive_for("auto")
+    job = CompareJob(
+        run=run,
+        compare=CompareConfig(output=str(tmp_path / "cmp"), budgets=[1, 2], criteria=["auto"]),
+    )
+    res = run_compare(job, progress=False)
+    assert probes == [1]
+    assert [len(b["methods"]["auto"]["removed"]) for b in res["budgets"]] == [1, 2]
