@@ -4,6 +4,7 @@ summary field is recomputed here with plain numpy from the same resample indices
 import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,7 +153,7 @@ class TestIntervals:
 class TestRows:
     def test_header(self):
         d = scores().to_dict()
-        assert d["schema"] == "swapprune.engine.scores/1"
+        assert d["schema"] == "swapprune.scores/1"
         assert d["kl"] == "KL(p_base || p_modified), nats"
         assert d["model"] == "toy" and d["num_layers"] == 4 and d["positions"] == "all"
         assert d["bootstrap"] == {
@@ -416,3 +417,24 @@ class TestErrors:
         )
         with pytest.raises(SwappruneError, match=r"^interchange was not scored$"):
             repl_only.distance("interchange", 0, 1)
+
+
+@pytest.mark.parametrize("schema", ["swapprune.scores/1", "swapprune.engine.scores/1"])
+def test_both_schema_names_load_and_others_are_refused(schema):
+    data = {
+        "schema": schema,
+        "num_layers": 2,
+        "bootstrap": {"resamples": 10, "seed": 0},
+        "pairs": [{"i": 0, "j": 1, "interchange": {"per_window": [0.5, 1.5]}}],
+    }
+    assert ScoreResult.from_dict(data).distance("interchange", 0, 1) == pytest.approx(1.0)
+    with pytest.raises(SwappruneError, match=r"^not a swapprune scores file \(schema 'x/1'\)$"):
+        ScoreResult.from_dict({**data, "schema": "x/1"})
+
+
+def test_committed_study_scores_still_load():
+    """eval/study's probe files predate the module move; they must keep loading."""
+    path = Path(__file__).resolve().parents[1] / "eval" / "study" / "scores_trained_last.json"
+    assert json.loads(path.read_text())["schema"] == "swapprune.scores/1"
+    res = ScoreResult.load(path)
+    assert res.num_layers == 30 and (0, 1) in res.pairs and (26, 29) in res.pairs

@@ -222,7 +222,7 @@ class TestArtifact:
 
     def test_rows(self):
         d = self.result().to_dict()
-        assert d["schema"] == "swapprune.engine.scores/1" and d["positions"] == "last"
+        assert d["schema"] == "swapprune.scores/1" and d["positions"] == "last"
         assert d["bootstrap"] == {
             "resamples": 200,
             "seed": 1,

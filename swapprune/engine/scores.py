@@ -28,7 +28,9 @@ from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
 from swapprune.regime import regime
 
-SCHEMA = "swapprune.engine.scores/1"
+SCHEMA = "swapprune.scores/1"
+# Files of the same format written while the schema carried the module path; they load unchanged.
+READABLE = (SCHEMA, "swapprune.engine.scores/1")
 
 
 def _mean(x, axis=None):
@@ -192,7 +194,7 @@ class ScoreResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> ScoreResult:
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in READABLE:
             raise SwappruneError(f"not a swapprune scores file (schema {data.get('schema')!r})")
         meta = {
             k: v
