@@ -251,7 +251,8 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
             }
             bar.update()
     bar.close()
-    from swapprune.compare_report import build_results, write_markdown, write_plots
+    from swapprune.compare_plots import write_plots
+    from swapprune.compare_report import build_results, write_markdown
 
     results = build_results(job, src.id, L, base, cells, scores, tasks)
     results["timing"] = {

@@ -199,7 +199,7 @@ def test_markdown_table(results, tmp_path):
 
 def test_plots_are_written(results, tmp_path):
     pytest.importorskip("matplotlib")
-    from swapprune.compare_report import write_plots
+    from swapprune.compare_plots import write_plots
 
     written = write_plots(results, _scores(0.5, 0.02), tmp_path)
     assert written[0].name == "cost_vs_budget.png" and len(written) >= 2  # + the score plots
