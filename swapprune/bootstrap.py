@@ -287,7 +287,7 @@ def paired_cost_ratio(
     r0, ra, rb = _boot([base, a, b], stat, n_boot, seed)
     s0, sa, sb = (float(stat(x[None])[0]) for x in (base, a, b))
     with np.errstate(divide="ignore", invalid="ignore"):
-        est = (sa / s0 - 1) / (sb / s0 - 1) if sb != s0 else float("nan")
+        est = (sa / s0 - 1) / (sb / s0 - 1) if s0 != 0 and sb != s0 else float("nan")
         reps = (ra / r0 - 1) / (rb / r0 - 1)
     reps = reps[np.isfinite(reps)]
     if reps.size == 0:

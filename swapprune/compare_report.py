@@ -53,6 +53,10 @@ def _primary(base, tasks):
 ALPHA = 0.05
 
 
+def _finite(x):
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _units(result, task, metric):
     t = result.tasks[task]
     return t.matrix(metric), t.metrics[metric].statistic
@@ -76,7 +80,9 @@ def _comparison(base, ca, cb, a: str, b: str, task: str, metric: str, rows: dict
     )
     from swapprune.evaluation import compare
 
-    cost_a, cost_b = rows[a]["cost_pct"], rows[b]["cost_pct"]
+    # A cost is undefined (None, or NaN from a zero baseline) when the metric has no units
+    # or no base to be relative to; no ratio of such costs is stated.
+    cost_a, cost_b = (_finite(rows[x]["cost_pct"]) for x in (a, b))
     same = ca["plan"].kept == cb["plan"].kept and ca["plan"].merged == cb["plan"].merged
     comp: dict = {
         "a": a,
@@ -252,7 +258,7 @@ def write_markdown(results: dict, path: Path) -> None:
     ]
     for entry in results["budgets"]:
         for label, m in entry["methods"].items():
-            r = m["metrics"][task][metric]
+            r = m["metrics"].get(task, {}).get(metric, {"value": None, "ci": [None, None]})
             ci = m["cost_pct_ci"] or [None, None]
             lines.append(
                 f"| {entry['budget']} | {label} | {m['removed'] or list(m['merged'].items())} | "

@@ -311,6 +311,8 @@ class TestVerdictStatistics:
         assert r.low < est < r.high and r.high - r.low < 0.3
         with pytest.raises(ValueError, match="differ in shape"):
             paired_cost_ratio(base, a[:-1], b, "mean")
+        zero = paired_cost_ratio(np.zeros(40), a, b, "mean")  # no base: no relative cost
+        assert np.isnan(zero.estimate)
 
     def test_paired_difference_reports_p_and_se(self):
         x = np.random.default_rng(5).normal(0, 1, 25)

@@ -854,3 +854,20 @@ def test_markdown_in_full(tmp_path):
         "I/R 0.039. interchange and replacement rank blocks differently.",
         "",
     ]
+
+
+def test_zero_baseline_and_missing_primary_do_not_crash(tmp_path):
+    """A baseline of 0 has no relative cost: no ratio, no crash; a method without the task: n/a."""
+    zero = EvalResult(tasks={ACC: _acc_task(int(BASE_ACC.sum()))})  # every answer wrong
+    assert zero.tasks[ACC].metrics["acc"].value == 0.0
+    cells = {1: {"a": _cell([2], 1.0, flipped=1), "b": _cell([3], 1.0, flipped=3)}}
+    res = build_results(JOB, "m", 6, zero, cells, None, [ACC])
+    (c,) = res["budgets"][0]["comparisons"]
+    assert c["ratio_of_costs"] is None and "ratio_of_costs_ci" not in c
+    assert c["winner"] == "a" and c["mdd_pct"] is None
+    no_ppl = {1: {"b": _cell([3], 1.0)}}  # a method evaluated without the primary task
+    no_ppl[1]["b"]["result"].tasks.pop(PPL)
+    res = build_results(JOB, "m", 6, _run(1.0), no_ppl, None, [PPL, ACC])
+    assert res["budgets"][0]["methods"]["b"]["cost_pct"] is None
+    write_markdown(res, tmp_path / "r.md")
+    assert "| 1 | b | [3] | n/a [n/a, n/a] | n/a [n/a, n/a] |" in (tmp_path / "r.md").read_text()
