@@ -316,7 +316,9 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
     """Every seed's comparison, ``--jobs`` at a time in child processes (one thread each)."""
     parts = calibration_parts(out, args.seeds)
     todo = [k for k in range(args.seeds) if not _seed_done(args, out, k)]
-    if todo:
+    if todo and args.report_only:
+        print(f"[study] --report-only: seeds {todo} have no results yet and are left out")
+    elif todo:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         running: list[subprocess.Popen] = []
         with timed(times, "pruning"):
@@ -336,6 +338,7 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
     return {
         k: json.loads((out / "pruning" / f"seed{k}" / "results.json").read_text())
         for k in range(args.seeds)
+        if _seed_done(args, out, k)
     }
 
 
@@ -562,7 +565,11 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add(f"Model: {MODEL_TEXT}.\n")
     add(
         f"Command: `python eval/study.py --out {out} --jobs {args.jobs}`. Settings: "
-        + ", ".join(f"{k}={v}" for k, v in vars(args).items() if k not in ("out", "only_seed"))
+        + ", ".join(
+            f"{k}={v}"
+            for k, v in vars(args).items()
+            if k not in ("out", "only_seed", "report_only")
+        )
         + "\n"
     )
     base = agg["baseline"]
@@ -584,7 +591,8 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add(
         "- Verdicts, at each budget within a seed: paired bootstrap of the perplexity "
         "difference over the same windows (tie when its 95% CI holds 0), its p-value "
-        "Holm-adjusted over the 15 comparisons of that budget and seed (tie when >= 0.05), "
+        f"Holm-adjusted over the {len(NAMED) * (len(NAMED) - 1) // 2} comparisons of that "
+        "budget and seed (tie when >= 0.05), "
         "the paper's test (tie when the two marginal 95% CIs overlap), and the minimum "
         "detectable difference (80% power, alpha 0.05) in cost points. Per-seed tables: "
         "`pruning/seed<k>/results.md`.\n"
@@ -636,7 +644,10 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add("\n## 2. Selections and costs across the seeds\n")
     for n, per in agg["budgets"].items():
         add(f"### n = {n}\n")
-        add("| method | sets chosen (seeds) | cost per seed 0..4 | mean [min, max] |")
+        add(
+            f"| method | sets chosen (x seeds) | cost % per seed {', '.join(map(str, seeds))} "
+            "| mean [min, max] |"
+        )
         add("|---|---|---|---|")
         for m, x in per["methods"].items():
             sets = "; ".join(f"{_set(s)} x{c}" for s, c in x["sets"])
@@ -670,7 +681,7 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
                 f"{_set(mr['removed'])} {_pct(mr['cost_pct'])} | {ratio} | {c['verdict']} | "
                 f"{c.get('verdict_holm', c['verdict'])} | {c['overlap_verdict']} | {mdd} |"
             )
-    add("\n## 4. Every comparison, tallied over the 5 seeds\n")
+    add(f"\n## 4. Every comparison, tallied over the {len(seeds)} seeds\n")
     add(
         "Counts of seeds per verdict (A = first method better, B = second; 'same set' = "
         "both chose the same blocks). MDD: median over the seeds that tested, cost points.\n"
@@ -719,19 +730,21 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
                 v, lo, hi = run["metrics"][t][name]
                 cells.append(f"{v:.2f} [{lo:.2f}, {hi:.2f}]")
             add(f"| {label} | {run['removed']} | " + " | ".join(cells) + " |")
-        bq = zs.get("boolq")
-        if bq:
-            add(
-                f"\nBoolQ check ({bq['examples']} examples, `eval/boolq_check.py`): labels "
-                f"{bq['share_yes_labels']:.0%} yes; the vendored labels equal the original "
-                f"file's answers: {bq['vendored_labels_match_original']}. The packaged task "
-                f"scores {bq['harness_acc']:.2f} and answers 'no' on "
-                f"{bq['harness_share_no']:.0%} of examples; a plain transformers scoring of "
-                f"lm-eval's `boolq` prompt gives {bq['direct_acc']:.2f} ('no' on "
-                f"{bq['direct_share_no']:.0%}); the two agree on "
-                f"{bq['agreement_direct_vs_harness']:.0%} of examples. Always 'yes' would "
-                f"score {bq['always_yes_acc']:.2f}, always 'no' {bq['always_no_acc']:.2f}."
-            )
+    bq = (zs or {}).get("boolq") or _boolq_file(out)
+    if bq:
+        if not zs:
+            add("\n## 6. BoolQ: the model or the prompt?\n")
+        add(
+            f"\nBoolQ check ({bq['examples']} examples, `eval/boolq_check.py`): labels "
+            f"{bq['share_yes_labels']:.0%} yes; the vendored labels equal the original "
+            f"file's answers: {bq['vendored_labels_match_original']}. The packaged task "
+            f"scores {bq['harness_acc']:.2f} and answers 'no' on "
+            f"{bq['harness_share_no']:.0%} of examples; a plain transformers scoring of "
+            f"lm-eval's `boolq` prompt gives {bq['direct_acc']:.2f} ('no' on "
+            f"{bq['direct_share_no']:.0%}); the two agree on "
+            f"{bq['agreement_direct_vs_harness']:.0%} of examples. Always 'yes' would "
+            f"score {bq['always_yes_acc']:.2f}, always 'no' {bq['always_no_acc']:.2f}."
+        )
     if heal_res:
         h = heal_res
         add(
@@ -747,6 +760,11 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add("\n## Stage times (s, wall; CPU where given)\n")
     add(", ".join(f"{k} {v}" for k, v in times.items()))
     (out / "REPORT.md").write_text("\n".join(L) + "\n")
+
+
+def _boolq_file(out: Path) -> dict | None:
+    f = out / "boolq_check.json"
+    return json.loads(f.read_text()) if f.exists() else None
 
 
 def _n_windows(seeds) -> int | None:
@@ -777,6 +795,11 @@ def main() -> None:
     p.add_argument("--heal-steps", type=int, default=60)
     p.add_argument("--heal-tokens", type=int, default=128)
     p.add_argument("--skip", default="", help="comma list: validity,zero_shot,healing")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="build the report from the seeds that have finished; run nothing new for the others",
+    )
     p.add_argument("--only-seed", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     # A randomly initialised model's activations shrink through the stack into subnormal
