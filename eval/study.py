@@ -263,7 +263,7 @@ def calibration_parts(out: Path, parts: int = PARTS) -> list[Path]:
     return files
 
 
-def pruning_job(args, out: Path, seed: int, part: Path) -> CompareJob:
+def pruning_job(args, out: Path, seed: int, part: Path, criteria=None) -> CompareJob:
     """The comparison of one calibration seed: its own disjoint windows, shared evaluations."""
     return CompareJob(
         run=RunConfig(
@@ -281,13 +281,13 @@ def pruning_job(args, out: Path, seed: int, part: Path) -> CompareJob:
         compare=CompareConfig(
             output=str(out / "pruning" / f"seed{seed}"),
             budgets=args.budgets,
-            criteria=METHODS,
+            criteria=criteria or METHODS,
             random_seeds=list(range(args.random_seeds)),
         ),
     )
 
 
-def pruning_seed(args, out: Path, seed: int, parts: list[Path], times) -> dict:
+def pruning_seed(args, out: Path, seed: int, parts: list[Path], times, criteria=None) -> dict:
     """Run (or resume) the comparison of calibration seed ``seed``."""
     seed_dir = out / "pruning" / f"seed{seed}"
     seed_dir.mkdir(parents=True, exist_ok=True)
@@ -297,7 +297,7 @@ def pruning_seed(args, out: Path, seed: int, parts: list[Path], times) -> dict:
         link.symlink_to(Path("..") / "cache")
     t = time.process_time()
     with timed(times, f"pruning_seed{seed}"):
-        res = run_compare(pruning_job(args, out, seed, parts[seed]))
+        res = run_compare(pruning_job(args, out, seed, parts[seed], criteria))
     times[f"pruning_seed{seed}_cpu"] = round(time.process_time() - t, 1)
     return res
 
@@ -307,9 +307,7 @@ def _seed_done(args, out: Path, seed: int) -> bool:
     if not f.exists():
         return False
     r = json.loads(f.read_text())
-    return [e["budget"] for e in r["budgets"]] == args.budgets and set(
-        r["budgets"][0]["methods"]
-    ) >= set(NAMED)
+    return [e["budget"] for e in r["budgets"]] == args.budgets
 
 
 def pruning(args, out: Path, times) -> dict[int, dict]:
@@ -493,6 +491,8 @@ def aggregate(args, seeds: dict[int, dict]) -> dict:
         for m in NAMED:
             rows = []
             for k, r in sorted(seeds.items()):
+                if m not in _entry(r, n)["methods"]:
+                    continue  # this seed's comparison did not run this method
                 x = _entry(r, n)["methods"][m]
                 rows.append(
                     {
@@ -502,6 +502,8 @@ def aggregate(args, seeds: dict[int, dict]) -> dict:
                         "cost_pct_ci": x["cost_pct_ci"],
                     }
                 )
+            if not rows:
+                continue
             costs = [x["cost_pct"] for x in rows]
             sets = Counter(tuple(x["removed"]) for x in rows)
             per["methods"][m] = {
@@ -517,6 +519,7 @@ def aggregate(args, seeds: dict[int, dict]) -> dict:
         per["random"] = {
             "seeds": len(rand),
             "cost_mean": float(np.mean(rand)),
+            "cost_median": float(np.median(rand)),
             "cost_min": float(np.min(rand)),
             "cost_max": float(np.max(rand)),
             "sets": [v["removed"] for lab, v in r0.items() if lab.startswith("random:")],
@@ -591,11 +594,19 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add(
         "- Verdicts, at each budget within a seed: paired bootstrap of the perplexity "
         "difference over the same windows (tie when its 95% CI holds 0), its p-value "
-        f"Holm-adjusted over the {len(NAMED) * (len(NAMED) - 1) // 2} comparisons of that "
-        "budget and seed (tie when >= 0.05), "
+        "Holm-adjusted over the comparisons of that budget and seed (15 where all six "
+        "named methods ran, 3 where three did; tie when >= 0.05), "
         "the paper's test (tie when the two marginal 95% CIs overlap), and the minimum "
         "detectable difference (80% power, alpha 0.05) in cost points. Per-seed tables: "
         "`pruning/seed<k>/results.md`.\n"
+    )
+    ran = {
+        m: [k for k, r in sorted(seeds.items()) if m in r["budgets"][0]["methods"]] for m in NAMED
+    }
+    add(
+        "Methods run on each calibration seed: "
+        + "; ".join(f"{m}: seeds {', '.join(map(str, ks))}" for m, ks in ran.items())
+        + ".\n"
     )
     add("## 1. Probes\n")
     add("### Regime on each seed's windows (adjacent pairs, all positions)\n")
@@ -644,22 +655,20 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
     add("\n## 2. Selections and costs across the seeds\n")
     for n, per in agg["budgets"].items():
         add(f"### n = {n}\n")
-        add(
-            f"| method | sets chosen (x seeds) | cost % per seed {', '.join(map(str, seeds))} "
-            "| mean [min, max] |"
-        )
-        add("|---|---|---|---|")
+        add("| method | seeds | sets chosen (x seeds) | cost % by seed | mean [min, max] |")
+        add("|---|---|---|---|---|")
         for m, x in per["methods"].items():
             sets = "; ".join(f"{_set(s)} x{c}" for s, c in x["sets"])
-            costs = ", ".join(f"{r['cost_pct']:+.1f}" for r in x["seeds"])
+            costs = ", ".join(f"{r['seed']}: {r['cost_pct']:+.1f}" for r in x["seeds"])
             add(
-                f"| {m} | {sets} | {costs} | {x['cost_mean']:+.1f}% "
+                f"| {m} | {len(x['seeds'])} | {sets} | {costs} | {x['cost_mean']:+.1f}% "
                 f"[{x['cost_min']:+.1f}, {x['cost_max']:+.1f}] |"
             )
         rd = per["random"]
         add(
-            f"| random ({rd['seeds']} seeds) | {rd['seeds']} sets | | "
-            f"{rd['cost_mean']:+.1f}% [{rd['cost_min']:+.1f}, {rd['cost_max']:+.1f}] |"
+            f"| random | {rd['seeds']} seeded sets | (the same for every calibration seed) | "
+            f"median {rd['cost_median']:+.1f} | {rd['cost_mean']:+.1f}% "
+            f"[{rd['cost_min']:+.1f}, {rd['cost_max']:+.1f}] |"
         )
         add("")
     add("## 3. Interchange vs replacement: the pruning-level I/R\n")
@@ -681,7 +690,7 @@ def write_report(out: Path, args, report, agg, seeds, val, zs, heal_res, times) 
                 f"{_set(mr['removed'])} {_pct(mr['cost_pct'])} | {ratio} | {c['verdict']} | "
                 f"{c.get('verdict_holm', c['verdict'])} | {c['overlap_verdict']} | {mdd} |"
             )
-    add(f"\n## 4. Every comparison, tallied over the {len(seeds)} seeds\n")
+    add("\n## 4. Every comparison, tallied over the seeds that ran both methods\n")
     add(
         "Counts of seeds per verdict (A = first method better, B = second; 'same set' = "
         "both chose the same blocks). MDD: median over the seeds that tested, cost points.\n"
@@ -822,7 +831,11 @@ def main() -> None:
     for k in seeds:
         f = out / "pruning" / f"seed{k}" / "times.json"
         if f.exists():
-            times.update(json.loads(f.read_text()))
+            t = json.loads(f.read_text())
+            cpu = t.pop("cpu", None)
+            times.update(t)
+            if cpu is not None:
+                times[f"pruning_seed{k}_cpu"] = cpu
     model, tok, _ = load_model("smollm2-135m")
     res = probes(args, out, model, tok, times)
     report = analyse(args, res)
@@ -834,7 +847,7 @@ def main() -> None:
     hr = None if "healing" in skip else healing(args, out, model, tok, seeds, times)
     agg = aggregate(args, seeds)
     times["this_run"] = round(time.perf_counter() - t0, 1)
-    times = {**prior, **times}
+    times = {**{k: v for k, v in prior.items() if k != "cpu"}, **times}
     (out / "study.json").write_text(
         json.dumps(
             {
