@@ -302,12 +302,15 @@ def pruning_seed(args, out: Path, seed: int, parts: list[Path], times, criteria=
     return res
 
 
-def _seed_done(args, out: Path, seed: int) -> bool:
+def _seed_done(args, out: Path, seed: int, partial: bool = False) -> bool:
+    """Whether seed ``seed`` has results for every method (any results with ``partial``)."""
     f = out / "pruning" / f"seed{seed}" / "results.json"
     if not f.exists():
         return False
     r = json.loads(f.read_text())
-    return [e["budget"] for e in r["budgets"]] == args.budgets
+    return [e["budget"] for e in r["budgets"]] == args.budgets and (
+        partial or set(r["budgets"][0]["methods"]) >= set(NAMED)
+    )
 
 
 def pruning(args, out: Path, times) -> dict[int, dict]:
@@ -315,7 +318,7 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
     parts = calibration_parts(out, args.seeds)
     todo = [k for k in range(args.seeds) if not _seed_done(args, out, k)]
     if todo and args.report_only:
-        print(f"[study] --report-only: seeds {todo} have no results yet and are left out")
+        print(f"[study] --report-only: seeds {todo} lack some methods; reporting what exists")
     elif todo:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         running: list[subprocess.Popen] = []
@@ -336,7 +339,7 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
     return {
         k: json.loads((out / "pruning" / f"seed{k}" / "results.json").read_text())
         for k in range(args.seeds)
-        if _seed_done(args, out, k)
+        if _seed_done(args, out, k, partial=args.report_only)
     }
 
 
