@@ -322,3 +322,21 @@ class TestVerdictStatistics:
         assert shifted.p_value == pytest.approx(2 / 1001) and shifted.se == pytest.approx(0.0)
         noisy = paired_difference(x, x + np.random.default_rng(6).normal(0.1, 1, 25), "mean")
         assert 0.0 < noisy.se < 1.0 and 0 < noisy.p_value <= 1
+
+    def test_cost_ratio_without_any_finite_resample(self):
+        """b equal to the base: cost(b) is 0 on every resample, so no ratio exists; no warning."""
+        from swapprune.bootstrap import paired_cost_ratio
+
+        base = np.random.default_rng(7).normal(10, 1, 30)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # division by a zero cost must stay silent
+            r = paired_cost_ratio(base, base + 1, base, "mean")
+        assert np.isnan(r.estimate) and np.isnan(r.low) and np.isnan(r.high)
+        assert (r.level, r.n_boot) == (0.95, 1000)
+
+    def test_single_resample_has_no_standard_error(self):
+        x = np.arange(10.0)
+        one = paired_difference(x, x + 1, "mean", n_boot=1)
+        assert np.isnan(one.se) and one.p_value == pytest.approx(1.0)
+        two = paired_difference(x, x + np.arange(10) % 3, "mean", n_boot=2)
+        assert np.isfinite(two.se)
