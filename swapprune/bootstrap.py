@@ -174,6 +174,23 @@ def ci_ppl(
     return ci_of_statistic(np.column_stack([nll_sums, counts]), "ppl", n_boot, level, seed)
 
 
+def _paired(
+    runs: list, statistic: str | Statistic, n_boot: int, seed: int
+) -> tuple[list[float], list[np.ndarray], int]:
+    """Point values and bootstrap replicates of ``statistic`` for runs on the same units.
+
+    One index set per resample is applied to every run. Returns the statistic of
+    each run on all units, the replicates of each, and the number of units.
+    """
+    units = [_as_units(r) for r in runs]
+    if any(u.shape != units[0].shape for u in units):
+        shapes = " vs ".join(str(u.shape) for u in units)
+        raise ValueError(f"paired units differ in shape: {shapes}")
+    stat = _statistic(statistic)
+    reps = _boot(units, stat, n_boot, seed)
+    return [float(stat(u[None])[0]) for u in units], reps, units[0].shape[0]
+
+
 def paired_difference(
     a_units,
     b_units,
@@ -195,12 +212,7 @@ def paired_difference(
         level: Confidence level.
         seed: Seed of the resampling generator.
     """
-    a, b = _as_units(a_units), _as_units(b_units)
-    if a.shape != b.shape:
-        raise ValueError(f"paired units differ in shape: {a.shape} vs {b.shape}")
-    stat = _statistic(statistic)
-    ra, rb = _boot([a, b], stat, n_boot, seed)
-    sa, sb = float(stat(a[None])[0]), float(stat(b[None])[0])
+    (sa, sb), (ra, rb), n = _paired([a_units, b_units], statistic, n_boot, seed)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio_est = sb / sa if sa != 0 else float("nan")
         ratio_reps = rb / ra
@@ -210,7 +222,7 @@ def paired_difference(
         b=sb,
         difference=_interval(sb - sa, diff, level, n_boot),
         ratio=_interval(ratio_est, ratio_reps, level, n_boot),
-        n_units=a.shape[0],
+        n_units=n,
         p_value=bootstrap_p_value(diff),
         se=float(np.std(diff, ddof=1)) if n_boot > 1 else float("nan"),
     )
@@ -280,12 +292,7 @@ def paired_cost_ratio(
     runs must be on the same units; every resample applies one index set to all
     three, so the shared window-to-window variation cancels.
     """
-    base, a, b = _as_units(base_units), _as_units(a_units), _as_units(b_units)
-    if not base.shape == a.shape == b.shape:
-        raise ValueError(f"paired units differ in shape: {base.shape}, {a.shape}, {b.shape}")
-    stat = _statistic(statistic)
-    r0, ra, rb = _boot([base, a, b], stat, n_boot, seed)
-    s0, sa, sb = (float(stat(x[None])[0]) for x in (base, a, b))
+    (s0, sa, sb), (r0, ra, rb), _ = _paired([base_units, a_units, b_units], statistic, n_boot, seed)
     with np.errstate(divide="ignore", invalid="ignore"):
         est = (sa / s0 - 1) / (sb / s0 - 1) if s0 != 0 and sb != s0 else float("nan")
         reps = (ra / r0 - 1) / (rb / r0 - 1)
