@@ -10,7 +10,7 @@
   (``.NAME.partial-PID-*``) and rename it into place only when complete, so an
   interrupted run never leaves a directory that looks whole; partials left by
   dead processes are removed;
-* :func:`write_json_atomic`, :func:`write_text_atomic`: temp file + rename;
+* :func:`write_json_atomic`, :func:`write_text_atomic`, :func:`write_bytes_atomic`: temp file + rename;
 * :func:`versions` and :func:`provenance`: what produced an artifact.
 """
 
@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from swapprune.errors import SwappruneError
 
@@ -223,14 +223,16 @@ def locked(path: str | os.PathLike) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and a rename."""
+def _write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` via a temp file in the same directory and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        binary = isinstance(data, bytes)
+        f: IO[Any] = os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8")
+        with f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         apply_umask(Path(tmp))
@@ -238,6 +240,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory and a rename."""
+    _write_atomic(path, text)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory and a rename."""
+    _write_atomic(path, data)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import io
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -66,16 +66,12 @@ def _read(path: Path, key: str) -> list[int] | None:
 
 
 def _write(path: Path, key: str, ids: list[int]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            arr = np.asarray(ids, dtype=np.int64)
-            np.savez(f, key=np.array(key), n=np.array(arr.shape[0]), ids=arr)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from swapprune.artifacts import write_bytes_atomic
+
+    buf = io.BytesIO()
+    arr = np.asarray(ids, dtype=np.int64)
+    np.savez(buf, key=np.array(key), n=np.array(arr.shape[0]), ids=arr)
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:
