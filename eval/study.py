@@ -314,8 +314,10 @@ def _seed_done(args, out: Path, seed: int, partial: bool = False) -> bool:
 
 
 def pruning(args, out: Path, times) -> dict[int, dict]:
-    """Every seed's comparison, ``--jobs`` at a time in child processes (one thread each)."""
-    parts = calibration_parts(out, args.seeds)
+    """Every seed's comparison, ``--jobs`` at a time in child processes (one thread each).
+
+    The calibration parts must exist before it is called: the children only read them.
+    """
     todo = [k for k in range(args.seeds) if not _seed_done(args, out, k)]
     if todo and args.report_only:
         print(f"[study] --report-only: seeds {todo} lack some methods; reporting what exists")
@@ -335,7 +337,6 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
         failed = [k for k in todo if not _seed_done(args, out, k)]
         if failed:
             raise SystemExit(f"[study] seeds {failed} did not finish; rerun to resume them")
-    assert parts
     return {
         k: json.loads((out / "pruning" / f"seed{k}" / "results.json").read_text())
         for k in range(args.seeds)
@@ -381,12 +382,7 @@ def validity(args, out: Path, model, tok, parts, times) -> dict:
 def _modal_set(seeds: dict[int, dict], budget: int, method: str) -> list[int]:
     """The set ``method`` chose most often at ``budget`` over the seeds (ties: lowest seed)."""
     sets = [
-        tuple(
-            r["budgets"][[e["budget"] for e in r["budgets"]].index(budget)]["methods"][method][
-                "removed"
-            ]
-        )
-        for _, r in sorted(seeds.items())
+        tuple(_entry(r, budget)["methods"][method]["removed"]) for _, r in sorted(seeds.items())
     ]
     return list(Counter(sets).most_common(1)[0][0])
 
@@ -400,7 +396,7 @@ def zero_shot(args, out: Path, model, tok, seeds, times) -> dict:
     if f.exists():
         return json.loads(f.read_text())
     tasks = ["lambada", "piqa", "winogrande", "arc_easy", "boolq"]
-    L = 30
+    L = next(iter(seeds.values()))["num_layers"]
     runs = {"baseline": []}
     for m in ("interchange", "replacement"):
         runs[m] = _modal_set(seeds, args.zs_budget, m)
@@ -436,7 +432,7 @@ def healing(args, out: Path, model, tok, seeds, times) -> dict:
     if f.exists():
         return json.loads(f.read_text())
     removed = _modal_set(seeds, args.heal_budget, "interchange")
-    plan = PrunePlan.from_removal(30, removed)
+    plan = PrunePlan.from_removal(next(iter(seeds.values()))["num_layers"], removed)
     pruned = apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
     cfg = HealConfig(
         rank=16,
@@ -830,6 +826,7 @@ def main() -> None:
     )
     times: dict = {}
     t0 = time.perf_counter()
+    parts = calibration_parts(out, args.seeds)  # written once, before any child reads them
     seeds = pruning(args, out, times)
     for k in seeds:
         f = out / "pruning" / f"seed{k}" / "times.json"
@@ -844,7 +841,6 @@ def main() -> None:
     report = analyse(args, res)
     plots(out, res, report)
     skip = set(args.skip.split(","))
-    parts = calibration_parts(out, args.seeds)
     val = None if "validity" in skip else validity(args, out, model, tok, parts, times)
     zs = None if "zero_shot" in skip else zero_shot(args, out, model, tok, seeds, times)
     hr = None if "healing" in skip else healing(args, out, model, tok, seeds, times)
