@@ -123,6 +123,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
 
     from swapprune import criteria, stages
     from swapprune.artifacts import locked, provenance, write_json_atomic, write_text_atomic
+    from swapprune.engine.oracle import shared_oracles
     from swapprune.evaluation import EvalResult, evaluate
     from swapprune.plan import PrunePlan
 
@@ -210,46 +211,48 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     bar.update()
     cells: dict[int, dict[str, dict]] = {}
     orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
-    for budget in job.compare.budgets:
-        for label, crit, seed in runs:
-            bar.set_postfix_str(f"n={budget} {label}")
-            cfg = method_config(job, crit, seed, budget)
-            assert cfg.prune is not None
-            pkey = {
-                "cal": calibration.describe(),
-                "scores": scores.meta.get("calibration"),
-                "req": dataclasses.asdict(cfg.prune.request(seed)),
-                "positions": job.calib.positions,
-                "model": src.id,
-            }
-            pf = cache / f"plan-{_key(pkey)}.json"
-            t = time.perf_counter()
-            plan = _cached(pf, PrunePlan.from_json)
-            if plan is None:
-                if label in orders:
-                    plan = _prefix(orders[label], budget)
-                else:
-                    if cfg.prune.request(seed).resolve()[1].name == "iterative":
-                        big = method_config(job, crit, seed, max(job.compare.budgets))
-                        full, _ = stages.select(big, loaded, calibration, scores, False)
-                        if "order" in full.scores:
-                            orders[label] = full
-                            plan = _prefix(full, budget)
-                        else:
-                            plan = None
-                    if plan is None:
-                        plan, _ = stages.select(cfg, loaded, calibration, scores, False)
-                plan.to_json(pf)
-            select_s = time.perf_counter() - t
-            with variant(model, plan) as m:
-                res, eval_s = evaluated(plan.kept, plan.merged, m)
-            cells.setdefault(budget, {})[label] = {
-                "plan": plan,
-                "result": res,
-                "select_s": select_s,
-                "eval_s": eval_s,
-            }
-            bar.update()
+    # SLEB, SLEB one-shot and auto query the same windows: one oracle memory for all of them
+    with shared_oracles():
+        for budget in job.compare.budgets:
+            for label, crit, seed in runs:
+                bar.set_postfix_str(f"n={budget} {label}")
+                cfg = method_config(job, crit, seed, budget)
+                assert cfg.prune is not None
+                pkey = {
+                    "cal": calibration.describe(),
+                    "scores": scores.meta.get("calibration"),
+                    "req": dataclasses.asdict(cfg.prune.request(seed)),
+                    "positions": job.calib.positions,
+                    "model": src.id,
+                }
+                pf = cache / f"plan-{_key(pkey)}.json"
+                t = time.perf_counter()
+                plan = _cached(pf, PrunePlan.from_json)
+                if plan is None:
+                    if label in orders:
+                        plan = _prefix(orders[label], budget)
+                    else:
+                        if cfg.prune.request(seed).resolve()[1].name == "iterative":
+                            big = method_config(job, crit, seed, max(job.compare.budgets))
+                            full, _ = stages.select(big, loaded, calibration, scores, False)
+                            if "order" in full.scores:
+                                orders[label] = full
+                                plan = _prefix(full, budget)
+                            else:
+                                plan = None
+                        if plan is None:
+                            plan, _ = stages.select(cfg, loaded, calibration, scores, False)
+                    plan.to_json(pf)
+                select_s = time.perf_counter() - t
+                with variant(model, plan) as m:
+                    res, eval_s = evaluated(plan.kept, plan.merged, m)
+                cells.setdefault(budget, {})[label] = {
+                    "plan": plan,
+                    "result": res,
+                    "select_s": select_s,
+                    "eval_s": eval_s,
+                }
+                bar.update()
     bar.close()
     from swapprune.compare_plots import write_plots
     from swapprune.compare_report import build_results, write_markdown

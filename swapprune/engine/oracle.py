@@ -13,12 +13,24 @@ removal set, without modifying the model:
 
 It is built on :class:`~swapprune.engine.runner.PlanRunner`, so a pruned model whose
 first removed block is ``s`` reuses the base model's states up to slot ``s``.
+
+An oracle answers each ``(metric, removal set)`` once and remembers it. Inside
+:func:`shared_oracles`, every oracle built on the same model, windows and batch
+size shares one capture and one memory of answers: a comparison that runs
+SLEB, SLEB one-shot and ``auto`` on one calibration set measures the
+single-block deletions once, not three times, and ``auto`` at budget 3 reuses
+what it measured at budget 2. An answer read from memory is the same float
+that computing it again gives (the computation is deterministic on fixed
+windows); each oracle still counts every query it was asked in ``calls``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import torch
@@ -29,6 +41,47 @@ from swapprune.engine.runner import PlanRunner
 
 COST_METRICS = ("ppl", "kl")
 POSITIONS = ("all", "last")
+
+
+class _Shared:
+    """What oracles on the same model, windows and batch size have in common."""
+
+    def __init__(self, model, input_ids: torch.Tensor, batch_size: int):
+        self.runner = PlanRunner(model)
+        self.caches = [
+            self.runner.capture(input_ids[s : s + batch_size])
+            for s in range(0, input_ids.shape[0], batch_size)
+        ]
+        self.targets = [
+            input_ids[s : s + batch_size, 1:] for s in range(0, input_ids.shape[0], batch_size)
+        ]
+        self.base_logits: list[torch.Tensor] | None = None
+        self.answers: dict[tuple, float | np.ndarray] = {}
+        self.computed = 0  # answers actually computed (the rest came from memory)
+
+
+_REGISTRY: ContextVar[dict | None] = ContextVar("swapprune_shared_oracles", default=None)
+
+
+@contextmanager
+def shared_oracles() -> Iterator[None]:
+    """Within the block, oracles on the same model, windows and batch size share work.
+
+    They share the captured states of the base model and every answer of
+    :meth:`CalibrationOracle.cost` and :meth:`CalibrationOracle.window_costs`.
+    The model must not change inside the block. Leaving it frees the states.
+    """
+    token = _REGISTRY.set({})
+    try:
+        yield
+    finally:
+        _REGISTRY.reset(token)
+
+
+def _windows_key(model, input_ids: torch.Tensor, batch_size: int) -> tuple:
+    ids = input_ids.detach().cpu().contiguous()
+    digest = hashlib.sha256(ids.numpy().tobytes()).hexdigest()
+    return (id(model), tuple(ids.shape), str(ids.dtype), digest, batch_size)
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -48,20 +101,27 @@ class CalibrationOracle:
     """
 
     def __init__(self, model, input_ids: torch.Tensor, batch_size: int = 8, metric: str = "ppl"):
-        self.runner = PlanRunner(model)
+        registry = _REGISTRY.get()
+        key = _windows_key(model, input_ids, batch_size) if registry is not None else None
+        shared = registry.get(key) if registry is not None else None
+        if shared is None:
+            shared = _Shared(model, input_ids, batch_size)
+            if registry is not None:
+                registry[key] = shared
+        self._shared = shared
+        self.runner = shared.runner
+        self.caches = shared.caches
+        self.targets = shared.targets
         self.L = self.runner.num_layers
         self.metric = metric
-        self.calls = 0
+        self.calls = 0  # queries this oracle answered, from memory or not
         self.input_ids = input_ids
         self.batch_size = batch_size
-        self.caches = [
-            self.runner.capture(input_ids[s : s + batch_size])
-            for s in range(0, input_ids.shape[0], batch_size)
-        ]
-        self.targets = [
-            input_ids[s : s + batch_size, 1:] for s in range(0, input_ids.shape[0], batch_size)
-        ]
-        self._base_logits: list[torch.Tensor] | None = None
+
+    @property
+    def computed(self) -> int:
+        """Answers computed on the model by this oracle and those sharing its windows."""
+        return self._shared.computed
 
     def kept(self, removed: Sequence[int]) -> tuple[int, ...]:
         gone = set(removed)
@@ -76,6 +136,13 @@ class CalibrationOracle:
         self.calls += 1
         metric = metric or self.metric
         plan = self.kept(removed)
+        key = ("cost", metric, plan)
+        if key not in self._shared.answers:
+            self._shared.answers[key] = self._cost(plan, metric)
+            self._shared.computed += 1
+        return float(self._shared.answers[key])
+
+    def _cost(self, plan: tuple[int, ...], metric: str) -> float:
         total, count = 0.0, 0
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
             logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
@@ -94,9 +161,11 @@ class CalibrationOracle:
         return math.exp(mean) if metric == "ppl" else mean
 
     def _base(self, i: int) -> torch.Tensor:
-        if self._base_logits is None:
-            self._base_logits = [self.runner.stack.head(c.hidden[-1])[:, :-1] for c in self.caches]
-        return self._base_logits[i]
+        if self._shared.base_logits is None:
+            self._shared.base_logits = [
+                self.runner.stack.head(c.hidden[-1])[:, :-1] for c in self.caches
+            ]
+        return self._shared.base_logits[i]
 
     def deletion_costs(self, removed: Sequence[int], metric: str | None = None) -> np.ndarray:
         """``[L]``: cost with each further block removed (``inf`` for removed ones)."""
@@ -116,6 +185,14 @@ class CalibrationOracle:
         self.calls += 1
         metric = metric or self.metric
         plan = self.kept(removed)
+        key = ("windows", metric, plan)
+        if key not in self._shared.answers:
+            self._shared.answers[key] = self._window_costs(plan, metric)
+            self._shared.computed += 1
+        return np.array(self._shared.answers[key], copy=True)
+
+    @torch.no_grad()
+    def _window_costs(self, plan: tuple[int, ...], metric: str) -> np.ndarray:
         out = []
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
             logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()

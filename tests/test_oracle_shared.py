@@ -1,0 +1,160 @@
+"""The oracle's memory of answers, and oracles that share it (``shared_oracles``)."""
+
+import contextlib
+import json
+
+import numpy as np
+from tiny_models import save_tiny, tiny_ids, tiny_model
+
+from swapprune.engine import oracle as oracle_mod
+from swapprune.engine.oracle import CalibrationOracle, shared_oracles
+from swapprune.pruning import PruneRequest, plan_pruning
+
+IDS = tiny_ids(6, 24, seed=3)
+
+
+def counting(monkeypatch):
+    """Count the forward passes over the windows the oracles make (one per batch)."""
+    seen = []
+    real = oracle_mod.PlanRunner.final_hidden
+
+    def final_hidden(self, plan, cache):
+        seen.append(tuple(plan))
+        return real(self, plan, cache)
+
+    monkeypatch.setattr(oracle_mod.PlanRunner, "final_hidden", final_hidden)
+    return seen
+
+
+def test_a_repeated_query_is_answered_from_memory_with_the_same_value(monkeypatch):
+    model = tiny_model("llama")
+    seen = counting(monkeypatch)
+    o = CalibrationOracle(model, IDS, batch_size=3)
+    first = o.cost([2])
+    assert len(seen) == 2  # two batches of 3 windows
+    assert o.cost([2]) == first and o.cost((2,)) == first
+    assert len(seen) == 2 and o.calls == 3 and o.computed == 1
+    assert o.cost([2], "kl") != first and o.computed == 2  # the metric is part of the question
+    w = o.window_costs([1])
+    w[:] = -1.0  # the caller's copy, not the oracle's memory
+    assert (o.window_costs([1]) > 0).all() and o.computed == 3
+
+
+def test_oracles_outside_the_block_share_nothing(monkeypatch):
+    model = tiny_model("llama")
+    a, b = CalibrationOracle(model, IDS), CalibrationOracle(model, IDS)
+    assert a.caches is not b.caches
+    seen = counting(monkeypatch)
+    assert a.cost([3]) == b.cost([3])
+    assert len(seen) == 2 and a.computed == b.computed == 1
+
+
+def test_shared_answers_equal_fresh_ones_bitwise(monkeypatch):
+    model = tiny_model("qwen2")
+    fresh = CalibrationOracle(model, IDS, batch_size=4)
+    want = {
+        r: (fresh.cost(r), fresh.cost(r, "kl"), fresh.window_costs(r))
+        for r in ((), (0,), (2, 4), (5,))
+    }
+    with shared_oracles():
+        a = CalibrationOracle(model, IDS, batch_size=4, metric="ppl")
+        b = CalibrationOracle(model, IDS, batch_size=4, metric="kl")
+        assert b.caches is a.caches and b.runner is a.runner
+        seen = counting(monkeypatch)
+        for r, (ppl, kl, win) in want.items():
+            assert a.cost(r) == ppl and b.cost(r) == kl
+            assert b.cost(r, "ppl") == ppl  # answered by a's work
+            assert np.array_equal(a.window_costs(r), win)
+        assert len(seen) == 2 * 3 * 4  # 2 batches x (ppl, kl, windows) x 4 sets, once each
+        assert a.calls == 8 and b.calls == 8 and a.computed == b.computed == 12
+
+
+def test_other_windows_other_batches_or_another_model_are_not_shared():
+    model = tiny_model("llama")
+    with shared_oracles():
+        base = CalibrationOracle(model, IDS, batch_size=3)
+        same = CalibrationOracle(model, IDS.clone(), batch_size=3)  # equal content, new tensor
+        assert same.caches is base.caches
+        for other in (
+            CalibrationOracle(model, tiny_ids(6, 24, seed=4), batch_size=3),
+            CalibrationOracle(model, IDS, batch_size=2),
+            CalibrationOracle(tiny_model("llama", seed=1), IDS, batch_size=3),
+        ):
+            assert other.caches is not base.caches
+            assert other.cost([1]) != base.cost([1]) or other.batch_size != base.batch_size
+    after = CalibrationOracle(model, IDS, batch_size=3)
+    assert after.caches is not base.caches  # leaving the block forgets the shared states
+
+
+def test_sleb_one_shot_after_sleb_measures_nothing_new(monkeypatch):
+    """SLEB one-shot's scores are SLEB's first step: with shared oracles, no new forward."""
+    model = tiny_model("llama")
+    alone, _ = plan_pruning(
+        model, None, PruneRequest(budget=2, protocol="sleb-oneshot"), calibration=_cal()
+    )
+    with shared_oracles():
+        sleb, _ = plan_pruning(
+            model, None, PruneRequest(budget=2, protocol="sleb"), calibration=_cal()
+        )
+        seen = counting(monkeypatch)
+        one, _ = plan_pruning(
+            model, None, PruneRequest(budget=2, protocol="sleb-oneshot"), calibration=_cal()
+        )
+    assert seen == []
+    assert one.to_dict() == alone.to_dict()  # same selection, same recorded calls
+    assert one.scores["oracle_calls"] == 6
+
+
+def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
+    """compare with SLEB, SLEB one-shot and auto: the same plans as with sharing off."""
+    from swapprune.compare import CompareJob, run_compare
+    from swapprune.config import (
+        CalibrationConfig,
+        CompareConfig,
+        EvalConfig,
+        ModelConfig,
+        RunConfig,
+        ScoreConfig,
+    )
+
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+
+    def run(out, share):
+        if not share:
+            monkeypatch.setattr(oracle_mod, "shared_oracles", contextlib.nullcontext)
+        seen = counting(monkeypatch)
+        job = CompareJob(
+            run=RunConfig(
+                model=ModelConfig(model_dir),
+                calibration=CalibrationConfig(prompts=4, tokens=32),
+                eval=EvalConfig(words=150, max_length=64),
+                score=ScoreConfig(),
+            ),
+            compare=CompareConfig(
+                output=str(tmp_path / out),
+                budgets=[1, 2],
+                criteria=["sleb", "sleb-oneshot", "auto"],
+                random_seeds=[],
+            ),
+        )
+        res = run_compare(job, progress=False)
+        monkeypatch.undo()
+        return res, len(seen)
+
+    shared, n_shared = run("a", True)
+    alone, n_alone = run("b", False)
+    for a, b in zip(shared["budgets"], alone["budgets"]):
+        for m in ("sleb", "sleb-oneshot", "auto"):
+            assert a["methods"][m]["removed"] == b["methods"][m]["removed"]
+
+    def plans(d):
+        return {p.name: json.loads(p.read_text()) for p in (tmp_path / d / "cache").glob("plan-*")}
+
+    assert len(plans("a")) == 6 and plans("a") == plans("b")  # recorded call counts too
+    assert n_shared < n_alone
+
+
+def _cal():
+    from swapprune.calibration import Calibration
+
+    return Calibration(input_ids=IDS, source="test", seed=0)
