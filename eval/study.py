@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -70,13 +71,16 @@ def spearman(a, b) -> float:
 
 
 def timed(log: dict, name: str):
+    """Record the block's wall time as ``name`` and this process's CPU time as ``name_cpu``."""
+
     class _T:
         def __enter__(self):
-            self.t = time.perf_counter()
+            self.t, self.c = time.perf_counter(), time.process_time()
 
         def __exit__(self, *exc):
             log[name] = round(time.perf_counter() - self.t, 1)
-            print(f"[study] {name}: {log[name]:.0f}s", flush=True)
+            log[f"{name}_cpu"] = round(time.process_time() - self.c, 1)
+            print(f"[study] {name}: {log[name]:.0f}s ({log[name + '_cpu']:.0f} CPU-s)", flush=True)
 
     return _T()
 
@@ -295,11 +299,8 @@ def pruning_seed(args, out: Path, seed: int, parts: list[Path], times, criteria=
     link = seed_dir / "cache"
     if not link.exists():
         link.symlink_to(Path("..") / "cache")
-    t = time.process_time()
     with timed(times, f"pruning_seed{seed}"):
-        res = run_compare(pruning_job(args, out, seed, parts[seed], criteria))
-    times[f"pruning_seed{seed}_cpu"] = round(time.process_time() - t, 1)
-    return res
+        return run_compare(pruning_job(args, out, seed, parts[seed], criteria))
 
 
 def _seed_done(args, out: Path, seed: int, partial: bool = False) -> bool:
@@ -324,16 +325,17 @@ def pruning(args, out: Path, times) -> dict[int, dict]:
     elif todo:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         running: list[subprocess.Popen] = []
-        with timed(times, "pruning"):
-            for k in todo:
-                while len(running) >= args.jobs:
-                    running = [p for p in running if p.poll() is None]
-                    time.sleep(2)
-                cmd = [sys.executable, __file__, *sys.argv[1:], "--only-seed", str(k)]
-                print(f"[study] seed {k}: {' '.join(cmd)}", flush=True)
-                running.append(subprocess.Popen(cmd, env=env))
-            for p in running:
-                p.wait()
+        t = time.perf_counter()  # wall only: the children's CPU is in their own times
+        for k in todo:
+            while len(running) >= args.jobs:
+                running = [p for p in running if p.poll() is None]
+                time.sleep(2)
+            cmd = [sys.executable, __file__, *sys.argv[1:], "--only-seed", str(k)]
+            print(f"[study] seed {k}: {' '.join(cmd)}", flush=True)
+            running.append(subprocess.Popen(cmd, env=env))
+        for p in running:
+            p.wait()
+        times["pruning"] = round(time.perf_counter() - t, 1)
         failed = [k for k in todo if not _seed_done(args, out, k)]
         if failed:
             raise SystemExit(f"[study] seeds {failed} did not finish; rerun to resume them")
@@ -824,28 +826,52 @@ def main() -> None:
         if (out / "study.json").exists()
         else {}
     )
-    times: dict = {}
+    times: dict = {"load_average_start": list(os.getloadavg())}
     t0 = time.perf_counter()
     parts = calibration_parts(out, args.seeds)  # written once, before any child reads them
-    seeds = pruning(args, out, times)
-    for k in seeds:
-        f = out / "pruning" / f"seed{k}" / "times.json"
-        if f.exists():
-            t = json.loads(f.read_text())
-            cpu = t.pop("cpu", None)
-            times.update(t)
-            if cpu is not None:
-                times[f"pruning_seed{k}_cpu"] = cpu
+    # The seeds run in child processes while this one probes init vs trained and, once
+    # seed 0's windows are scored, measures predictor validity: no core waits for another.
+    box: dict = {}
+
+    def run_pruning() -> None:
+        try:
+            box["seeds"] = pruning(args, out, times)
+        except BaseException as e:  # re-raised in the main thread
+            box["error"] = e
+
+    worker = threading.Thread(target=run_pruning, daemon=True)
+    worker.start()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     model, tok, _ = load_model("smollm2-135m")
     res = probes(args, out, model, tok, times)
     report = analyse(args, res)
     plots(out, res, report)
     skip = set(args.skip.split(","))
-    val = None if "validity" in skip else validity(args, out, model, tok, parts, times)
+    val = None
+    if "validity" not in skip:
+        while worker.is_alive() and not _seed_done(args, out, 0, partial=True):
+            time.sleep(5)
+        if _seed_done(args, out, 0, partial=True):
+            val = validity(args, out, model, tok, parts, times)
+    worker.join()
+    torch.set_num_threads(threads)
+    if "error" in box:
+        raise box["error"]
+    seeds = box["seeds"]
+    for k in seeds:
+        f = out / "pruning" / f"seed{k}" / "times.json"
+        if f.exists():
+            t = json.loads(f.read_text())
+            cpu = t.pop("cpu", None)  # files written before stage CPU times had their names
+            times.update(t)
+            if cpu is not None:
+                times[f"pruning_seed{k}_cpu"] = cpu
     zs = None if "zero_shot" in skip else zero_shot(args, out, model, tok, seeds, times)
     hr = None if "healing" in skip else healing(args, out, model, tok, seeds, times)
     agg = aggregate(args, seeds)
     times["this_run"] = round(time.perf_counter() - t0, 1)
+    times["load_average_end"] = list(os.getloadavg())
     times = {**{k: v for k, v in prior.items() if k != "cpu"}, **times}
     (out / "study.json").write_text(
         json.dumps(
