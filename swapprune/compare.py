@@ -212,7 +212,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     cells: dict[int, dict[str, dict]] = {}
     orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
     # SLEB, SLEB one-shot and auto query the same windows: one oracle memory for all of them
-    with shared_oracles():
+    with shared_oracles() as oracle:
         for budget in job.compare.budgets:
             for label, crit, seed in runs:
                 bar.set_postfix_str(f"n={budget} {label}")
@@ -262,6 +262,8 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
         "score_s": score_s,
         "baseline_eval_s": base_s,
         "total_s": time.perf_counter() - t0,
+        "oracle_queries": oracle.asked,
+        "oracle_computed": oracle.computed,
     }
     write_json_atomic(out / "results.json", results)
     write_markdown(results, out / "results.md")

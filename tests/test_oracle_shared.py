@@ -1,6 +1,5 @@
 """The oracle's memory of answers, and oracles that share it (``shared_oracles``)."""
 
-import contextlib
 import json
 
 import numpy as np
@@ -121,7 +120,8 @@ def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
 
     def run(out, share):
         if not share:
-            monkeypatch.setattr(oracle_mod, "shared_oracles", contextlib.nullcontext)
+            # every oracle its own windows key: counted as usual, nothing shared
+            monkeypatch.setattr(oracle_mod, "_windows_key", lambda *a: object())
         seen = counting(monkeypatch)
         job = CompareJob(
             run=RunConfig(
@@ -152,6 +152,23 @@ def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
 
     assert len(plans("a")) == 6 and plans("a") == plans("b")  # recorded call counts too
     assert n_shared < n_alone
+    t_shared, t_alone = shared["timing"], alone["timing"]
+    assert t_shared["oracle_queries"] == t_alone["oracle_queries"] > 0
+    assert t_shared["oracle_computed"] < t_alone["oracle_computed"] <= t_alone["oracle_queries"]
+    # the one-shot's 6 single-block queries per budget are all SLEB's first step
+    assert t_alone["oracle_computed"] - t_shared["oracle_computed"] >= 12
+
+
+def test_counts_survive_the_block_and_the_states_do_not():
+    model = tiny_model("llama")
+    with shared_oracles() as counts:
+        a = CalibrationOracle(model, IDS, batch_size=3)
+        a.cost([1])
+        a.cost([1])
+        CalibrationOracle(model, IDS, batch_size=3).window_costs([2])
+    assert (counts.asked, counts.computed) == (3, 2)
+    shared = a._shared
+    assert shared.answers == {} and shared.caches == []
 
 
 def _cal():

@@ -56,6 +56,11 @@ def run(args) -> int:
     print((out / "results.md").read_text())
     t = res["timing"]
     print(f"scoring {t['score_s']:.0f}s, total {t['total_s']:.0f}s; wrote {out}/results.json")
+    if t.get("oracle_queries"):
+        print(
+            f"model-based selections: {t['oracle_computed']} pruned variants measured for "
+            f"{t['oracle_queries']} queries (the rest answered from memory)"
+        )
     print(
         f"next: swapprune --budget {job.compare.budgets[0]} --protocol "
         f"{job.compare.criteria[0]} --output pruned/   # write the checkpoint you chose"

@@ -57,25 +57,45 @@ class _Shared:
         ]
         self.base_logits: list[torch.Tensor] | None = None
         self.answers: dict[tuple, float | np.ndarray] = {}
+        self.asked = 0  # queries of every oracle on these windows
         self.computed = 0  # answers actually computed (the rest came from memory)
 
 
 _REGISTRY: ContextVar[dict | None] = ContextVar("swapprune_shared_oracles", default=None)
 
 
+class OracleCounts:
+    """Queries and computed answers of the oracles of one :func:`shared_oracles` block."""
+
+    def __init__(self, registry: dict):
+        self._registry = registry
+
+    @property
+    def asked(self) -> int:
+        return sum(s.asked for s in self._registry.values())
+
+    @property
+    def computed(self) -> int:
+        return sum(s.computed for s in self._registry.values())
+
+
 @contextmanager
-def shared_oracles() -> Iterator[None]:
+def shared_oracles() -> Iterator[OracleCounts]:
     """Within the block, oracles on the same model, windows and batch size share work.
 
     They share the captured states of the base model and every answer of
     :meth:`CalibrationOracle.cost` and :meth:`CalibrationOracle.window_costs`.
-    The model must not change inside the block. Leaving it frees the states.
+    The model must not change inside the block. Leaving it frees the states;
+    the yielded :class:`OracleCounts` keeps its totals.
     """
-    token = _REGISTRY.set({})
+    registry: dict = {}
+    token = _REGISTRY.set(registry)
     try:
-        yield
+        yield OracleCounts(registry)
     finally:
         _REGISTRY.reset(token)
+        for shared in registry.values():  # keep the counts, free the states and answers
+            shared.caches, shared.targets, shared.base_logits, shared.answers = [], [], None, {}
 
 
 def _windows_key(model, input_ids: torch.Tensor, batch_size: int) -> tuple:
@@ -134,6 +154,7 @@ class CalibrationOracle:
         ``metric`` overrides the oracle's own (``ppl`` or ``kl``) for this call.
         """
         self.calls += 1
+        self._shared.asked += 1
         metric = metric or self.metric
         plan = self.kept(removed)
         key = ("cost", metric, plan)
@@ -183,6 +204,7 @@ class CalibrationOracle:
         (windows have equal length). Counts as one oracle call.
         """
         self.calls += 1
+        self._shared.asked += 1
         metric = metric or self.metric
         plan = self.kept(removed)
         key = ("windows", metric, plan)
