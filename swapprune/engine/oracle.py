@@ -99,6 +99,7 @@ def shared_oracles() -> Iterator[OracleCounts]:
 
 
 def _windows_key(model, input_ids: torch.Tensor, batch_size: int) -> tuple:
+    # The registered runner holds the model, so its id is not reused inside the block.
     ids = input_ids.detach().cpu().contiguous()
     digest = hashlib.sha256(ids.numpy().tobytes()).hexdigest()
     return (id(model), tuple(ids.shape), str(ids.dtype), digest, batch_size)
