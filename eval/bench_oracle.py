@@ -37,20 +37,22 @@ def selections(model, calib, scores, shared: bool) -> dict:
     key = oracle_mod._windows_key
     if not shared:  # every oracle its own key: counted as usual, nothing shared
         oracle_mod._windows_key = lambda *a: object()
-    cpu = time.process_time()
-    with oracle_mod.shared_oracles() as counts:
-        for crit, n in CELLS:
-            plan, _ = plan_pruning(
-                model,
-                None,
-                PruneRequest(budget=n, protocol=crit),
-                scores=scores,
-                calibration=calib,
-                progress=False,
-            )
-            out["removed"][f"{crit}@{n}"] = list(plan.removed)
-    out["cpu_s"] = time.process_time() - cpu
-    oracle_mod._windows_key = key
+    try:
+        cpu = time.process_time()
+        with oracle_mod.shared_oracles() as counts:
+            for crit, n in CELLS:
+                plan, _ = plan_pruning(
+                    model,
+                    None,
+                    PruneRequest(budget=n, protocol=crit),
+                    scores=scores,
+                    calibration=calib,
+                    progress=False,
+                )
+                out["removed"][f"{crit}@{n}"] = list(plan.removed)
+        out["cpu_s"] = time.process_time() - cpu
+    finally:
+        oracle_mod._windows_key = key
     out["queries"], out["computed"] = counts.asked, counts.computed
     return out
 

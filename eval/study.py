@@ -830,7 +830,7 @@ def main() -> None:
     t0 = time.perf_counter()
     parts = calibration_parts(out, args.seeds)  # written once, before any child reads them
     # The seeds run in child processes while this one probes init vs trained and, once
-    # seed 0's windows are scored, measures predictor validity: no core waits for another.
+    # seed 0's comparison has finished (validity reads its scores), measures validity.
     box: dict = {}
 
     def run_pruning() -> None:

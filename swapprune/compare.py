@@ -204,13 +204,28 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
         write_text_atomic(f, res.to_json())
         return res, time.perf_counter() - t
 
+    orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
+
+    def selected(label: str, crit: str, seed: int, budget: int, cfg: RunConfig) -> PrunePlan:
+        """One cell's selection; an iterative one is the prefix of its largest-budget order."""
+        assert cfg.prune is not None
+        if label in orders:
+            return _prefix(orders[label], budget)
+        if cfg.prune.request(seed).resolve()[1].name == "iterative":
+            big = method_config(job, crit, seed, max(job.compare.budgets))
+            full, _ = stages.select(big, loaded, calibration, scores, False)
+            if "order" in full.scores:
+                orders[label] = full
+                return _prefix(full, budget)
+        plan, _ = stages.select(cfg, loaded, calibration, scores, False)
+        return plan
+
     total = 1 + len(job.compare.budgets) * len(runs)
     bar = tqdm(total=total, desc="compare", disable=not progress, dynamic_ncols=True)
     bar.set_postfix_str("baseline")
     base, base_s = evaluated(list(range(L)), {}, model)
     bar.update()
     cells: dict[int, dict[str, dict]] = {}
-    orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
     # SLEB, SLEB one-shot and auto query the same windows: one oracle memory for all of them
     with shared_oracles() as oracle:
         for budget in job.compare.budgets:
@@ -229,19 +244,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
                 t = time.perf_counter()
                 plan = _cached(pf, PrunePlan.from_json)
                 if plan is None:
-                    if label in orders:
-                        plan = _prefix(orders[label], budget)
-                    else:
-                        if cfg.prune.request(seed).resolve()[1].name == "iterative":
-                            big = method_config(job, crit, seed, max(job.compare.budgets))
-                            full, _ = stages.select(big, loaded, calibration, scores, False)
-                            if "order" in full.scores:
-                                orders[label] = full
-                                plan = _prefix(full, budget)
-                            else:
-                                plan = None
-                        if plan is None:
-                            plan, _ = stages.select(cfg, loaded, calibration, scores, False)
+                    plan = selected(label, crit, seed, budget, cfg)
                     plan.to_json(pf)
                 select_s = time.perf_counter() - t
                 with variant(model, plan) as m:
