@@ -23,11 +23,11 @@ import time
 import torch
 
 import swapprune
-from swapprune.adaptive import AdaptiveSettings, adaptive_score
-from swapprune.artifacts import write_json_atomic
-from swapprune.calibration import Calibration, load_calibration
+from swapprune.calibration.windows import Calibration, load_calibration
 from swapprune.engine.scoring import score
-from swapprune.stability import selection_stability
+from swapprune.output.artifacts import write_json_atomic
+from swapprune.select.adaptive import AdaptiveSettings, adaptive_score
+from swapprune.select.stability import selection_stability
 
 
 def fixed(model, calib: Calibration, args) -> dict:

@@ -22,11 +22,11 @@ import time
 
 import torch
 
-from swapprune.calibration import load_calibration
+from swapprune.api import plan_pruning
+from swapprune.calibration.windows import load_calibration
 from swapprune.engine import oracle as oracle_mod
 from swapprune.engine.scoring import score
-from swapprune.loading import load_model
-from swapprune.pruning import PruneRequest, plan_pruning
+from swapprune.model.load import load_model
 
 CELLS = [("sleb", 3), ("sleb-oneshot", 2), ("sleb-oneshot", 3), ("auto", 2), ("auto", 3)]
 
@@ -44,7 +44,8 @@ def selections(model, calib, scores, shared: bool) -> dict:
                 plan, _ = plan_pruning(
                     model,
                     None,
-                    PruneRequest(budget=n, protocol=crit),
+                    budget=n,
+                    protocol=crit,
                     scores=scores,
                     calibration=calib,
                     progress=False,

@@ -2,7 +2,7 @@
 
 For every case (same model, pairs, windows, positions) this runs
 
-* **naive**: the definitions as written (``swapprune.naive``): the module list is
+* **naive**: the definitions as written (``swapprune.engine.naive``): the module list is
   rebuilt for each modified model and the plain HF forward computes logits at
   every position; KL via ``naive.kl_per_window``;
 * **fast**: ``swapprune.score`` (prefix reuse, head only at measured positions),
@@ -51,10 +51,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swapprune import naive  # noqa: E402
-from swapprune.architectures import decoder_stack  # noqa: E402
-from swapprune.engine.plans import pair_probe_plans, parse_pairs  # noqa: E402
+from swapprune.engine.orders import pair_probe_plans, parse_pairs  # noqa: E402
 from swapprune.engine.runner import PlanRunner  # noqa: E402
 from swapprune.engine.scoring import score  # noqa: E402
+from swapprune.model.stack import decoder_stack  # noqa: E402
 
 PROTOCOL_KEYS = {"replacement": ("repl_ij", "repl_ji"), "interchange": ("inter",)}
 BOTH = ("replacement", "interchange")
@@ -631,7 +631,7 @@ def cache_mb(model, n: int, T: int, positions: str) -> float:
 # ----------------------------------------------------------------- bf16 fast mode
 def bench_bf16(args, model32, calib_ids, case_rows, log) -> dict:
     """bf16 fast mode vs fp32 naive (timing) and vs fp32 exact (ranking)."""
-    from swapprune.loading import load_model
+    from swapprune.model.load import load_model
 
     model16, _, _ = load_model(args.model, dtype="bfloat16", device=args.device)
     L = decoder_stack(model32).num_layers
@@ -955,8 +955,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from swapprune.calibration import load_calibration
-    from swapprune.loading import load_model
+    from swapprune.calibration.windows import load_calibration
+    from swapprune.model.load import load_model
 
     def log(msg):
         print(msg, flush=True)

@@ -57,7 +57,7 @@ SCORE_ARGS = [
     "64",
     "--positions",
     "last",
-    "--out",
+    "--output",
     "{out}",
 ]
 HEAVY = ("torch", "transformers", "lm_eval", "numpy")
@@ -65,16 +65,16 @@ IMPORTS = (
     "swapprune",
     "swapprune.errors",
     "swapprune.config",
-    "swapprune.loading",
-    "swapprune.gguf_cache",
+    "swapprune.model.load",
+    "swapprune.model.gguf",
     "swapprune.evaluation",
     "swapprune.cli",
-    "swapprune.checkpoint",
+    "swapprune.output.checkpoint",
     "swapprune.engine.scoring",
 )
 # Functions whose first call marks an event in the child (module -> {function: event}).
 HOOKS = {
-    "swapprune.loading": {"load_model": "load"},
+    "swapprune.model.load": {"load_model": "load"},
     "swapprune.engine.sharding": {"score_sharded": "score"},
     "swapprune.engine.scoring": {"score": "score"},
 }
@@ -250,7 +250,7 @@ t1 = time.perf_counter()
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 t2 = time.perf_counter()
-from swapprune.loading import load_model
+from swapprune.model.load import load_model
 t3 = time.perf_counter()
 model, tok, source = load_model(sys.argv[1], progress=False)
 t4 = time.perf_counter()
@@ -330,10 +330,10 @@ def import_runs(timeout: float) -> list[dict]:
 SELFCHECK_CHILD = """
 import json, sys, tempfile, time
 import torch
-from swapprune import checkpoint
-from swapprune.loading import load_model
+from swapprune.output import checkpoint
+from swapprune.model.load import load_model
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
+from swapprune.edit.surgery import apply_plan
 
 model, tok, source = load_model(sys.argv[1], progress=False)
 plan = PrunePlan.from_removal(model.config.num_hidden_layers, [10, 20])
@@ -436,7 +436,7 @@ def print_commands(rows: list[dict]) -> None:
 def print_library(rows: list[dict]) -> None:
     print("\n## Library: load_model in a fresh interpreter (seconds)\n")
     print(
-        "| run | import torch | import transformers | import swapprune.loading | load_model "
+        "| run | import torch | import transformers | import swapprune.model.load | load_model "
         "| CPU (process) |"
     )
     print("|---|---|---|---|---|---|")

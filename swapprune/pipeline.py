@@ -8,8 +8,9 @@ configuration handed to :func:`run` (``swapprune``/``prune``, ``score``,
 loop over configurations.
 
 Everything a user can get wrong is checked before the weights load
-(:meth:`RunConfig.check`, then :meth:`RunConfig.check_model` on the config
-alone) and again against the loaded model. The output directory is built in a
+(:func:`swapprune.stages.check`: the configuration, then the model's facts read
+from its ``config.json`` or GGUF header), once; the loaded model is re-checked
+only when those facts could not be read or disagree with it. The output directory is built in a
 hidden sibling and renamed into place at the end, so a failed run leaves no
 directory that looks whole. It is a checkpoint that loads with plain
 ``from_pretrained`` plus ``plan.json``, ``mergekit.yaml``, ``README.md`` (model
@@ -76,13 +77,10 @@ def run(
         progress: show progress bars.
         command: recorded in the provenance (default: ``sys.argv``).
     """
-    cfg = config.check()
+    cfg = config
+    checked = stages.check(cfg)  # names, files, then budget/pairs/context: before the weights load
     book = RunBook(cfg, say or (lambda _: None), list(sys.argv) if command is None else command)
-    facts = stages.read_facts(cfg)
-    if facts is not None:
-        cfg.check_model(facts)  # budget, pairs, context: before the weights load
-    loaded = book.stage("load", stages.load, cfg, progress)
-    cfg.check_model(loaded.facts)
+    loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
     book.metrics["num_layers"] = loaded.facts.num_layers
     model, tok = loaded.model, loaded.tokenizer
@@ -125,12 +123,12 @@ def run(
             book.say(cost.warning)
 
     if cfg.prune:
-        from swapprune.surgery import apply_plan
+        from swapprune.edit.surgery import apply_plan
 
         book.stage("edit", apply_plan, model, plan)
         book.measure("pruned", model, tok, None if cfg.heal else windows)
     if cfg.heal:
-        from swapprune.healing import heal
+        from swapprune.edit.healing import heal
 
         model, report = book.stage(
             "heal",
@@ -154,7 +152,7 @@ def run(
     with contextlib.ExitStack() as stack:
         directory = None
         if cfg.export:
-            from swapprune.artifacts import staging_dir
+            from swapprune.output.artifacts import staging_dir
 
             directory = stack.enter_context(staging_dir(cfg.export.output))
             book.stage(
@@ -169,7 +167,7 @@ def run(
                 scores,
             )
         if cfg.quantize:
-            from swapprune.quantization import quantize_model
+            from swapprune.edit.quantization import quantize_model
 
             book.metrics["quantize"] = book.stage(
                 "quantize", quantize_model, model, cfg.quantize
@@ -194,7 +192,7 @@ def run(
 
 
 def _heal_windows(cfg: RunConfig, loaded: stages.Loaded):
-    from swapprune.healing import heal_windows
+    from swapprune.edit.healing import heal_windows
 
     assert cfg.heal is not None
     return heal_windows(loaded.tokenizer, cfg.heal, loaded.facts.context_length)
@@ -203,7 +201,7 @@ def _heal_windows(cfg: RunConfig, loaded: stages.Loaded):
 def _write_eval(path: str, result, model_id: str) -> Path:
     import json
 
-    from swapprune.artifacts import write_json_atomic
+    from swapprune.output.artifacts import write_json_atomic
 
     data = json.loads(result.to_json())
     data["model"] = model_id

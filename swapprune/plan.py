@@ -33,16 +33,16 @@ class PrunePlan:
         merged: kept block -> the original blocks merged into it, itself
             included (``{4: [4, 5]}``); empty for a plain removal.
         op: ``"remove"`` or ``"merge"``.
-        merge: name of the merge rule (``swapprune.merging.MERGES``), or ``None``.
+        merge: name of the merge rule (``swapprune.edit.merging.MERGES``), or ``None``.
         budget: number of blocks the selection was asked to drop, if any.
         protocol: importance criterion the scores came from.
         strategy: selection strategy that turned scores into this plan.
         scores: per-layer importance values behind the decision, and anything
             else worth recording (JSON-serialisable).
         model: id of the source model.
-        fingerprint: :func:`swapprune.fingerprint.model_fingerprint` of the source
+        fingerprint: :func:`swapprune.model.fingerprint.model_fingerprint` of the source
             model, when known; a plan applied to another model can then be refused
-            (:func:`swapprune.fingerprint.check_same_model`).
+            (:func:`swapprune.model.fingerprint.check_same_model`).
     """
 
     num_layers: int
@@ -248,7 +248,7 @@ class PrunePlan:
 
         Args:
             model_id: the source model as mergekit should find it: a hub id or an
-                absolute path, or a :class:`swapprune.loading.ModelSource` (its ``id``).
+                absolute path, or a :class:`swapprune.model.load.ModelSource` (its ``id``).
             dtype: the ``dtype`` mergekit writes.
         """
         model_id = source_id(model_id)
@@ -285,7 +285,7 @@ class PrunePlan:
 
 def source_id(model: Any) -> str:
     """The id to record for a source model: ``model.id`` for a
-    :class:`~swapprune.loading.ModelSource`, else ``model`` as a string."""
+    :class:`~swapprune.model.load.ModelSource`, else ``model`` as a string."""
     return str(model.id) if hasattr(model, "id") else str(model)
 
 

@@ -2,7 +2,7 @@
 
 :func:`load_config` reads the YAML (or a dict), applies ``--set key.sub=value``
 overrides, refuses unknown keys with a did-you-mean, checks every value's
-type, maps deprecated spellings, and validates the result
+type, and validates the result
 (:meth:`RunConfig.check`). :func:`describe_schema` prints every field
 (``swapprune run --schema``).
 """
@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from swapprune.config import RunConfig, deprecated, stage_class
+from swapprune.config import RunConfig, stage_class
 from swapprune.errors import SwappruneError, did_you_mean
 
 
@@ -79,17 +79,6 @@ def build(cls, data: Any, where: str):
     if not isinstance(data, dict):
         raise SwappruneError(f"{label} must be a mapping, got {_kind(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    aliases = {
-        a: n
-        for n, f in fields.items()
-        for a in f.metadata.get("aliases", ())
-        if not a.startswith("-")
-    }
-    data = dict(data)
-    for old, new in aliases.items():
-        if old in data:
-            deprecated(_join(where, old), _join(where, new))
-            data.setdefault(new, data.pop(old))
     for key in data:
         if key not in fields:
             raise SwappruneError(

@@ -56,7 +56,7 @@ class RunBook:
         if heldout is not None:
             costs["heldout_ppl"] = heldout
         elif windows is not None and cfg.heal is not None:
-            from swapprune.healing import heldout_perplexity
+            from swapprune.edit.healing import heldout_perplexity
 
             costs["heldout_ppl"] = self.stage(
                 f"held-out ppl {point}", heldout_perplexity, model, windows, cfg.heal.batch_size
@@ -84,8 +84,8 @@ class RunBook:
         }
 
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores):
-        from swapprune.checkpoint import write_checkpoint
-        from swapprune.loading import resolve_dtype
+        from swapprune.model.load import resolve_dtype
+        from swapprune.output.checkpoint import write_checkpoint
 
         x = self.config.export
         assert x is not None
@@ -108,7 +108,7 @@ class RunBook:
         return self.metrics["selfcheck"]
 
     def save_quantized(self, directory: Path, model, tok, plan, calibration):
-        from swapprune.quantization import save_quantized
+        from swapprune.edit.quantization import save_quantized
 
         assert self.config.quantize is not None
         ids = calibration.input_ids[:2] if calibration is not None else None
@@ -125,7 +125,7 @@ class RunBook:
         )
 
     def finish(self, directory: Path, plan, scores) -> None:
-        from swapprune.artifacts import versions, write_json_atomic, write_text_atomic
+        from swapprune.output.artifacts import versions, write_json_atomic, write_text_atomic
 
         self.metrics.update(plan=plan.describe(), versions=versions())
         write_text_atomic(directory / "config.yaml", self.config.to_yaml())
@@ -161,7 +161,7 @@ def card_lines(metrics: dict, plan) -> list[str]:
         ]
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
-        from swapprune.auto import decision_lines
+        from swapprune.select.auto import decision_lines
 
         lines += [
             "## Regime and action (--protocol auto)",

@@ -1,10 +1,11 @@
 """The stages of a run, each a function of the configuration and what came before.
 
-``read_facts`` (the model's config, no weights) -> ``load`` -> ``calibrate`` ->
-``score`` (with its cost ``estimate``) or ``reuse_scores`` -> ``select`` ->
-``stability`` and ``measure_cost`` -> ``evaluate``. :func:`swapprune.pipeline.run`
-calls them in order; ``swapprune compare`` calls them in a loop over
-configurations.
+``check`` (the configuration, then the model's facts read without weights) ->
+``load`` -> ``calibrate`` -> ``score`` (with its compute ``estimate``) or
+``reuse_scores`` -> ``select`` -> ``stability`` and ``measure_cost`` ->
+``evaluate``. :func:`swapprune.pipeline.run` calls them in order;
+``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
+same functions.
 """
 
 from __future__ import annotations
@@ -18,53 +19,63 @@ from swapprune.errors import SwappruneError
 
 
 @dataclass
+class Checked:
+    """A configuration checked before any weights load.
+
+    Attributes:
+        facts: the model's facts from its config alone, or ``None`` when they cannot be
+            read cheaply (the checks then run right after loading).
+        selection: the frozen :class:`~swapprune.select.spec.SelectionSpec` (if selecting
+            and the facts were read).
+    """
+
+    facts: Any
+    selection: Any
+
+
+@dataclass
 class Loaded:
-    """What the stages share once the model is loaded."""
+    """What the stages share once the model is loaded.
+
+    Attributes:
+        model, tokenizer: the model (eval mode) and its tokenizer.
+        source: :class:`~swapprune.model.load.ModelSource`.
+        facts: :class:`~swapprune.model.facts.ModelFacts` of the loaded model.
+        selection: the checked selection spec, or ``None`` without a selection.
+    """
 
     model: Any
     tokenizer: Any
-    source: Any  # swapprune.loading.ModelSource
-    facts: Any  # swapprune.architectures.ModelFacts
+    source: Any
+    facts: Any
+    selection: Any = None
+
+
+def check(config: RunConfig, study: bool = False) -> Checked:
+    """Everything that needs no weights: the configuration, then the model's facts.
+
+    ``study``: a ``compare`` or ``validate`` run, which brings its own work.
+    """
+    config.check(study)
+    facts = read_facts(config)
+    return Checked(facts, config.check_model(facts) if facts is not None else None)
 
 
 def read_facts(config: RunConfig):
-    """:class:`~swapprune.architectures.ModelFacts` from the model's config alone (no weights).
+    """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
+    from swapprune.model.facts import read_facts as read
+    from swapprune.model.load import resolve_source
 
-    Returns ``None`` when the config cannot be read cheaply (an offline hub id,
-    remote code); the same checks then run right after loading.
-    """
-    from swapprune.loading import resolve_source
-
-    src = resolve_source(config.model.name)
-    if src.gguf_file:
-        # transformers parses the whole GGUF for its config; a converted copy is read instead.
-        src = _converted(src)
-        if src is None:
-            return None
-    try:
-        from transformers import AutoConfig
-
-        from swapprune.architectures import ModelFacts
-
-        cfg = AutoConfig.from_pretrained(src.path, trust_remote_code=config.model.trust_remote_code)
-        return ModelFacts.from_config(cfg)
-    except Exception:  # offline hub id, remote code, odd config: checked after loading instead
-        return None
+    if config.model.trust_remote_code:
+        return None  # the config class itself may come with the remote code
+    return read(resolve_source(config.model.name))
 
 
-def _converted(src):
-    """The cached converted copy of a GGUF source, if one exists (see :mod:`swapprune.loading`)."""
-    try:
-        from swapprune.gguf_cache import cached_source
-    except ImportError:
-        return None
-    return cached_source(src)
-
-
-def load(config: RunConfig, progress: bool = True) -> Loaded:
-    """Load the model and tokenizer; model facts are read from the loaded config."""
-    from swapprune.architectures import ModelFacts, decoder_stack
-    from swapprune.loading import load_model
+def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
+    """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
+    from swapprune.model.facts import ModelFacts
+    from swapprune.model.load import load_model
+    from swapprune.model.stack import decoder_stack
 
     m = config.model
     model, tok, source = load_model(
@@ -76,36 +87,23 @@ def load(config: RunConfig, progress: bool = True) -> Loaded:
         progress=progress,
     )
     facts = ModelFacts.from_config(model.config)
-    stack_layers = decoder_stack(model).num_layers
-    if stack_layers != facts.num_layers:  # a config whose count key disagrees with the modules
-        facts = ModelFacts(
-            facts.model_type,
-            stack_layers,
-            facts.context_length,
-            facts.hidden_size,
-            facts.layer_types,
-        )
-    return Loaded(model, tok, source, facts)
-
-
-def adaptive(config: RunConfig) -> bool:
-    """Whether this run's selection scores adaptively (a pool of windows, used in tranches)."""
-    p = config.prune
-    return bool(
-        p
-        and p.plan is None
-        and not p.scores
-        and config.score is None
-        and config.calibration.adaptive_for(p.protocol)
-    )
+    depth = decoder_stack(model).num_layers
+    if depth != facts.num_layers:  # a config whose count key disagrees with the modules
+        facts = facts.with_layers(depth)
+    checked = checked or Checked(None, None)
+    selection = checked.selection
+    if checked.facts is None or checked.facts.num_layers != facts.num_layers:
+        selection = config.check_model(facts)
+    return Loaded(model, tok, source, facts, selection)
 
 
 def calibrate(config: RunConfig, loaded: Loaded):
-    """The calibration windows of ``config.calibration`` (the whole pool when adaptive)."""
-    from swapprune.calibration import load_calibration
+    """The calibration windows of ``config.calibration`` (the whole pool when probing in tranches)."""
+    from swapprune.calibration.windows import load_calibration
 
     c = config.calibration
-    prompts = c.max_prompts if adaptive(config) else c.prompts
+    spec = loaded.selection
+    prompts = c.max_prompts if spec is not None and spec.adaptive is not None else c.prompts
     return load_calibration(
         loaded.tokenizer, c.calib, prompts, c.tokens, c.seed, loaded.facts.context_length
     )
@@ -138,9 +136,9 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
 
 
 def estimate(config: RunConfig, loaded: Loaded, calibration):
-    """The cost of ``config.score`` on this machine, before it runs."""
-    from swapprune.engine.plans import parse_pairs
-    from swapprune.estimate import estimate_scoring
+    """The compute of ``config.score`` on this machine, before it runs."""
+    from swapprune.engine.estimate import estimate_scoring
+    from swapprune.engine.orders import parse_pairs
 
     s = config.score
     assert s is not None
@@ -173,16 +171,16 @@ def _same_model(expected, loaded: Loaded, what: str) -> None:
     """Refuse an artifact whose recorded model fingerprint differs from the loaded model's."""
     if not expected:
         return  # written before artifacts carried fingerprints: only the depth is checked
-    from swapprune.fingerprint import check_same_model, model_fingerprint
+    from swapprune.model.fingerprint import check_same_model, model_fingerprint
 
     check_same_model(expected, model_fingerprint(loaded.model), what)
 
 
 def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bool = True):
-    """The plan: read from ``prune.plan``, chosen by the criterion, or the identity plan.
+    """The plan: read from ``prune.plan``, chosen by :func:`swapprune.select.select`, or identity.
 
     Returns:
-        ``(plan, scores)``: scores the criterion measured itself, or those given.
+        ``(plan, scores)``: scores the selection measured itself, or those given.
     """
     from swapprune.plan import PrunePlan
 
@@ -190,89 +188,42 @@ def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: boo
     p = config.prune
     if p is None:
         return PrunePlan.from_removal(L, [], model=loaded.source.id), scores
-    plan, scores = _select(config, loaded, calibration, scores, progress)
-    if plan.fingerprint is None:
-        from swapprune.fingerprint import model_fingerprint
-
-        plan.fingerprint = model_fingerprint(loaded.model)
-    return plan, scores
-
-
-def _select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bool):
-    from swapprune.plan import PrunePlan
-    from swapprune.pruning import plan_pruning
-
-    L = loaded.facts.num_layers
-    p = config.prune
-    assert p is not None
     if p.plan is not None:
         plan = PrunePlan.from_json(p.plan)
         if plan.num_layers != L:
             raise SwappruneError(
                 f"plan {p.plan} is for a {plan.num_layers}-block model; {config.model.name} has {L}"
             )
-        _same_model(getattr(plan, "fingerprint", None), loaded, f"plan {p.plan}")
+        _same_model(plan.fingerprint, loaded, f"plan {p.plan}")
         return plan, scores
-    c = config.calibration
-    request = p.request(c.seed)
-    kwargs = dict(
-        calibration=calibration,
-        positions=c.positions,
-        batch_size=c.batch_size,
+    from swapprune.select import select as choose
+
+    plan, scores = choose(
+        loaded.model,
+        loaded.selection,
+        calibration,
+        scores,
         model_id=loaded.source.id,
         progress=progress,
     )
-    # Scores already measured on these windows (compare's shared probes) are used as they
-    # are; adaptive calibration only decides how many windows to probe when none are.
-    if adaptive(config) and scores is None:
-        if p.protocol == "auto":
-            from swapprune.auto import plan_auto
+    if plan.fingerprint is None:
+        from swapprune.model.fingerprint import model_fingerprint
 
-            return plan_auto(
-                loaded.model,
-                loaded.tokenizer,
-                request,
-                tokens=c.tokens,
-                adaptive=c.adaptive_settings(),
-                **kwargs,
-            )
-        from swapprune.adaptive import adaptive_score
-        from swapprune.selection import Constraints
-
-        res = adaptive_score(
-            loaded.model,
-            loaded.tokenizer,
-            criteria=(p.protocol,),
-            strategy=p.strategy,
-            budget=request.budget,
-            constraints=Constraints(loaded.facts.num_layers, p.protect_first, p.protect_last),
-            settings=c.adaptive_settings(),
-            tokens=c.tokens,
-            **{k: v for k, v in kwargs.items() if k != "progress"},
-        )
-        scores = res.scores
-        plan, scores = plan_pruning(
-            loaded.model, loaded.tokenizer, request, scores=scores, **kwargs
-        )
-        plan.scores["adaptive"] = res.to_dict()
-        return plan, scores
-    return plan_pruning(loaded.model, loaded.tokenizer, request, scores=scores, **kwargs)
+        plan.fingerprint = model_fingerprint(loaded.model)
+    return plan, scores
 
 
 def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     """Bootstrap the calibration windows behind ``plan``'s selection; recorded in the plan.
 
-    Returns the :class:`~swapprune.stability.Stability`, or ``None`` for selections that
-    cannot be resampled from scores (model-measured criteria, model-querying strategies).
+    Returns the :class:`~swapprune.select.stability.Stability`, or ``None`` for selections
+    that cannot be resampled from scores (model-measured criteria, model-querying strategies).
     """
-    from swapprune.selection import Constraints
-    from swapprune.stability import plan_stability
+    from swapprune.select.stability import plan_stability
 
-    p = config.prune
-    assert p is not None
-    cons = Constraints(loaded.facts.num_layers, p.protect_first, p.protect_last)
+    spec = loaded.selection
     stab = plan_stability(
-        plan, scores, cons, seed=config.calibration.seed, threshold=p.stability_threshold
+        plan, scores, spec.constraints, seed=spec.seed, threshold=spec.stability_threshold
     )
     if stab is None:
         return None
@@ -289,7 +240,7 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
 
 def measure_cost(config: RunConfig, loaded: Loaded, plan):
     """Base vs pruned perplexity on the first windows of the matched contract."""
-    from swapprune.cost import pruning_cost
+    from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
@@ -298,7 +249,7 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan):
         return pruning_cost(
             loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold
         )
-    from swapprune.surgery import apply_plan
+    from swapprune.edit.surgery import apply_plan
 
     merged = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None)
     return pruning_cost(

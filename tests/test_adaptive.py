@@ -5,10 +5,14 @@ import pytest
 import torch
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune.adaptive import AdaptiveSettings, adaptive_score, calibrate
-from swapprune.calibration import Calibration
+from swapprune.calibration.windows import Calibration
+from swapprune.config import CalibrationConfig, SelectConfig
 from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
+from swapprune.select import criteria
+from swapprune.select.adaptive import AdaptiveSettings, adaptive_score, tranches
+from swapprune.select.spec import build
+from swapprune.select.strategies import Constraints, get_strategy
 
 L = 8
 PAIRS = [(i, i + 1) for i in range(L - 1)]
@@ -33,15 +37,16 @@ def fake_measure(means: dict, noise: float, calls: list):
 
 def run(means, noise, **kw):
     calls = []
-    settings = AdaptiveSettings(tranche=8, max_windows=64, n_boot=300, **kw)
-    res = calibrate(
+    settings = AdaptiveSettings(**{"target": 0.9, **kw}, tranche=8, max_windows=64, n_boot=300)
+    res = tranches(
         fake_measure(means, noise, calls),
         PAIRS,
         {"num_layers": L},
-        ("interchange",),
-        "greedy",
+        [criteria.get("interchange")],
+        get_strategy("greedy"),
         1,
-        settings=settings,
+        Constraints(L),
+        settings,
     )
     return res, calls
 
@@ -96,30 +101,34 @@ def test_a_close_call_settles_with_more_windows():
 )
 def test_bad_settings_are_one_line_errors_before_any_probe(kw, match):
     calls = []
+    settings = {"target": 0.9, "tranche": 16, "max_windows": 128, **kw}
     with pytest.raises(SwappruneError, match=match) as e:
-        calibrate(
+        tranches(
             fake_measure({p: 1.0 for p in PAIRS}, 0.1, calls),
             PAIRS,
             {"num_layers": L},
-            settings=AdaptiveSettings(**kw),
+            [criteria.get("interchange")],
+            get_strategy("greedy"),
+            1,
+            Constraints(L),
+            AdaptiveSettings(**settings),
         )
     assert "\n" not in str(e.value) and calls == []
+    names = {"target": "target_frequency", "tranche": "tranche", "max_windows": "max_prompts"}
+    cal = CalibrationConfig(adaptive="on", **{names[k]: v for k, v in kw.items()})
     with pytest.raises(SwappruneError, match=match):
-        adaptive_score(object(), settings=AdaptiveSettings(**kw))
+        build(SelectConfig(budget=1), cal, L)  # the spec is refused before any model work
 
 
 def test_tiny_model_values_equal_a_direct_score_on_the_same_windows():
     model = tiny_model("llama")
     pool = Calibration(tiny_ids(12, 16, seed=5), "tensor", 0)
-    settings = AdaptiveSettings(target=0.99, tranche=4, max_windows=12, n_boot=100)
-    res = adaptive_score(
-        model,
-        criteria=("interchange", "replacement"),
-        budget=1,
-        settings=settings,
-        calibration=pool,
-        batch_size=4,
+    cal = CalibrationConfig(
+        adaptive="on", target_frequency=0.99, tranche=4, max_prompts=12, batch_size=4
     )
+    spec = build(SelectConfig(budget=1), cal, 6)
+    both = [criteria.get("interchange"), criteria.get("replacement")]
+    res = adaptive_score(model, spec, pool, both)
     n = res.scores.num_windows()
     assert n in (4, 8, 12) and res.block_evals > 0
     assert set(res.stability) == {"interchange", "replacement"}

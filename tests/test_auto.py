@@ -1,19 +1,23 @@
 """``--protocol auto``: each regime leads to its documented action (tiny models)."""
 
+import dataclasses
 from itertools import combinations
 
 import numpy as np
 import pytest
 from tiny_models import tiny_ids, tiny_model, tiny_tokenizer
 
-from swapprune import criteria
-from swapprune.auto import beam_over, decision_lines, plan_auto, shortlist
-from swapprune.calibration import Calibration
+from swapprune.api import plan_pruning
+from swapprune.calibration.windows import Calibration
+from swapprune.config import CalibrationConfig, SelectConfig
 from swapprune.engine.oracle import CalibrationOracle
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
-from swapprune.pruning import PruneRequest, plan_pruning
-from swapprune.selection import Constraints
+from swapprune.select import criteria, select
+from swapprune.select.auto import decision_lines, shortlist
+from swapprune.select.search import beam_over
+from swapprune.select.spec import build
+from swapprune.select.strategies import Constraints
 
 L, N = 6, 8
 
@@ -42,9 +46,15 @@ def calib():
     return Calibration(tiny_ids(4, 16), "tensor", 0)
 
 
+def auto_spec(budget=1, **kw):
+    spec = build(SelectConfig(budget=budget, protocol="auto", **kw), CalibrationConfig(), L, True)
+    return dataclasses.replace(spec, n_boot=200)
+
+
 def run(model, calib, scores, budget=1, **kw):
-    req = PruneRequest(budget=budget, protocol="auto")
-    return plan_auto(model, None, req, scores=scores, calibration=calib, n_boot=200, **kw)
+    from swapprune.select.auto import select_auto
+
+    return select_auto(model, auto_spec(budget), calib, scores, **kw)
 
 
 def test_divergent_acts_interchange_guided(model, calib):
@@ -109,7 +119,9 @@ def test_end_to_end_through_plan_pruning(model):
     plan, scores = plan_pruning(
         model,
         tiny_tokenizer(),
-        PruneRequest(budget=1, protocol="auto"),
+        budget=1,
+        protocol="auto",
+        adaptive="off",
         calibration=Calibration(tiny_ids(4, 16), "tensor", 0),
         progress=False,
     )
@@ -127,11 +139,8 @@ def test_bad_input(model, calib):
         run(model, calib, only_inter)
     s = scores_table([0.6] * 5, [0.3] * 5)
     with pytest.raises(SwappruneError, match="does not merge"):
-        plan_auto(
-            model,
-            None,
-            PruneRequest(budget=1, protocol="auto", op="merge"),
-            scores=s,
-            calibration=calib,
-        )
-    assert criteria.get("auto").protocols == ("replacement", "interchange")
+        auto_spec(op="merge")
+    assert auto_spec().probes == ("interchange", "replacement")
+    assert "auto" not in criteria.CRITERIA  # a policy over criteria, not a criterion
+    plan, _ = select(model, auto_spec(), calib, s)
+    assert plan.protocol == "auto"

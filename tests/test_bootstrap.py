@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from swapprune import bootstrap
-from swapprune.bootstrap import (
+from swapprune.stats import bootstrap
+from swapprune.stats.bootstrap import (
     ci_mean,
     ci_of_statistic,
     ci_ppl,
@@ -252,7 +252,7 @@ def test_units_become_float64():
 
 class TestVerdictStatistics:
     def test_p_value_counts_tails_with_the_plus_one_floor(self):
-        from swapprune.bootstrap import bootstrap_p_value
+        from swapprune.stats.bootstrap import bootstrap_p_value
 
         assert bootstrap_p_value(np.zeros(999)) == 1.0
         assert bootstrap_p_value(np.arange(1, 1000)) == pytest.approx(2 / 1000)
@@ -263,7 +263,7 @@ class TestVerdictStatistics:
         assert np.isnan(bootstrap_p_value([np.nan]))
 
     def test_holm_step_down(self):
-        from swapprune.bootstrap import holm
+        from swapprune.stats.bootstrap import holm
 
         assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
         assert holm([0.6, 0.7]) == [1.0, 1.0]
@@ -272,7 +272,7 @@ class TestVerdictStatistics:
         assert holm([]) == []
 
     def test_minimum_detectable_difference(self):
-        from swapprune.bootstrap import minimum_detectable_difference
+        from swapprune.stats.bootstrap import minimum_detectable_difference
 
         assert minimum_detectable_difference(1.0) == pytest.approx(1.959964 + 0.841621, abs=1e-5)
         assert minimum_detectable_difference(2.0, level=0.9, power=0.5) == pytest.approx(
@@ -280,7 +280,7 @@ class TestVerdictStatistics:
         )
 
     def test_overlap(self):
-        from swapprune.bootstrap import Interval, intervals_overlap
+        from swapprune.stats.bootstrap import Interval, intervals_overlap
 
         a = Interval(1.0, 0.5, 1.5)
         assert intervals_overlap(a, Interval(2.0, 1.5, 2.5))  # touching counts
@@ -289,7 +289,7 @@ class TestVerdictStatistics:
         assert not intervals_overlap(Interval(2.0, 1.6, 2.5), a)
 
     def test_cost_ratio_of_exact_factors(self):
-        from swapprune.bootstrap import paired_cost_ratio
+        from swapprune.stats.bootstrap import paired_cost_ratio
 
         rng = np.random.default_rng(3)
         tokens = np.full(30, 50.0)
@@ -300,7 +300,7 @@ class TestVerdictStatistics:
         assert r.low == pytest.approx(0.25) and r.high == pytest.approx(0.25)
 
     def test_cost_ratio_noisy_and_shapes(self):
-        from swapprune.bootstrap import paired_cost_ratio
+        from swapprune.stats.bootstrap import paired_cost_ratio
 
         rng = np.random.default_rng(4)
         base = rng.normal(10, 1, 40)
@@ -325,7 +325,7 @@ class TestVerdictStatistics:
 
     def test_cost_ratio_without_any_finite_resample(self):
         """b equal to the base: cost(b) is 0 on every resample, so no ratio exists; no warning."""
-        from swapprune.bootstrap import paired_cost_ratio
+        from swapprune.stats.bootstrap import paired_cost_ratio
 
         base = np.random.default_rng(7).normal(10, 1, 30)
         with warnings.catch_warnings():

@@ -5,7 +5,7 @@ import json
 import pytest
 from tiny_models import tiny_tokenizer
 
-from swapprune.calibration import load_calibration
+from swapprune.calibration.windows import load_calibration
 from swapprune.errors import SwappruneError
 
 TOK = tiny_tokenizer()

@@ -93,7 +93,7 @@ def test_bad_prune_input_exits_2_and_writes_nothing(model_dir, tmp_path, capsys,
 
 def test_bad_score_input(model_dir, tmp_path, capsys):
     out = tmp_path / "s.json"
-    assert main(["score", "--model", model_dir, "--output", str(out), "--protocols", "swap"]) == 2
+    assert main(["score", "--model", model_dir, "--output", str(out), "--probes", "swap"]) == 2
     assert main(["score", "--model", model_dir, "--output", str(out), "--pairs", "3-9"]) == 2
     assert main(["score", "--model", str(tmp_path / "missing"), "--output", str(out)]) == 2
     assert "not found" in capsys.readouterr().err

@@ -32,9 +32,9 @@ def run(tmp_path_factory):
         model_dir,
         "--budgets",
         "1,2",
-        "--out",
+        "--output",
         str(out),
-        "--protocols",
+        "--criteria",
         "interchange,replacement,reverse,random",
         *ARGS,
     ]
@@ -117,7 +117,17 @@ def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
     # A budget the model cannot take fails from its config alone, also before loading.
     assert (
         main(
-            ["compare", "--model", model_dir, "--budgets", "1,40", "--output", str(tmp_path / "o")]
+            [
+                "compare",
+                "--model",
+                model_dir,
+                "--budgets",
+                "1,40",
+                "--max-length",
+                "64",
+                "--output",
+                str(tmp_path / "o"),
+            ]
         )
         == 2
     )
@@ -126,17 +136,17 @@ def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
 
 
 def test_iterative_methods_are_selected_once(tmp_path, monkeypatch):
-    import swapprune.pruning as pruning
+    import swapprune.select.core as pruning
 
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     calls = []
-    real = pruning.plan_pruning
+    real = pruning.select_fixed
 
-    def counting(model, tok, req, **kw):
-        calls.append(req.budget)
-        return real(model, tok, req, **kw)
+    def counting(model, spec, *a, **kw):
+        calls.append(spec.budget)
+        return real(model, spec, *a, **kw)
 
-    monkeypatch.setattr(pruning, "plan_pruning", counting)
+    monkeypatch.setattr(pruning, "select_fixed", counting)
     out = tmp_path / "cmp"
     assert (
         main(
@@ -146,9 +156,9 @@ def test_iterative_methods_are_selected_once(tmp_path, monkeypatch):
                 model_dir,
                 "--budgets",
                 "1,2,3",
-                "--out",
+                "--output",
                 str(out),
-                "--protocols",
+                "--criteria",
                 "sleb",
                 *ARGS,
             ]
@@ -167,9 +177,8 @@ def test_auto_uses_the_shared_probes(tmp_path, monkeypatch):
     Built through the Python API with no ``score`` section, the path on which the
     run configuration asks for adaptive calibration (``--protocol auto``'s default).
     """
-    import swapprune.adaptive as adaptive
     import swapprune.engine.sharding as sharding
-    from swapprune.compare import CompareJob, run_compare
+    import swapprune.select.adaptive as adaptive
     from swapprune.config import (
         CalibrationConfig,
         CompareConfig,
@@ -177,6 +186,7 @@ def test_auto_uses_the_shared_probes(tmp_path, monkeypatch):
         ModelConfig,
         RunConfig,
     )
+    from swapprune.studies.compare import CompareJob, run_compare
 
     def no_tranches(*a, **k):
         raise AssertionError("auto re-probed windows compare had already scored")
@@ -193,7 +203,10 @@ def test_auto_uses_the_shared_probes(tmp_path, monkeypatch):
         calibration=CalibrationConfig(prompts=4, tokens=32),
         eval=EvalConfig(words=150, max_length=64),
     )
-    assert run.score is None and run.calibration.adaptive_for("auto")
+    from swapprune.config import SelectConfig
+    from swapprune.select.spec import adaptive_on
+
+    assert run.score is None and adaptive_on(SelectConfig(protocol="auto"), run.calibration)
     job = CompareJob(
         run=run,
         compare=CompareConfig(output=str(tmp_path / "cmp"), budgets=[1, 2], criteria=["auto"]),

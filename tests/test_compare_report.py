@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from swapprune.bootstrap import resample_indices
-from swapprune.compare_report import SCHEMA, build_results, write_markdown
 from swapprune.engine.scores import ScoreResult
 from swapprune.evaluation.results import EvalResult, Metric, TaskResult
 from swapprune.plan import PrunePlan
+from swapprune.stats.bootstrap import resample_indices
+from swapprune.studies.compare_report import SCHEMA, build_results, write_markdown
 
 PPL, ACC = "swapprune_wikitext2_ppl", "acc_task"
 N, TOK = 20, 100
@@ -199,7 +199,7 @@ def test_markdown_table(results, tmp_path):
 
 def test_plots_are_written(results, tmp_path):
     pytest.importorskip("matplotlib")
-    from swapprune.compare_plots import write_plots
+    from swapprune.studies.compare_plots import write_plots
 
     written = write_plots(results, _scores(0.5, 0.02), tmp_path)
     assert written[0].name == "cost_vs_budget.png" and len(written) >= 2  # + the score plots
@@ -208,7 +208,7 @@ def test_plots_are_written(results, tmp_path):
 
 def test_paired_bootstrap_edge_cases():
     """The paired comparison under the verdicts: seeded, sized, and safe on a zero baseline."""
-    from swapprune.bootstrap import paired_difference, verdict
+    from swapprune.stats.bootstrap import paired_difference, verdict
 
     a, b = np.arange(1.0, 11.0), np.arange(1.0, 11.0) * 2
     one, two = (
@@ -619,7 +619,7 @@ def test_mdd_pct_is_absent_on_a_zero_baseline():
 
 
 def test_holm_over_one_budget():
-    from swapprune.compare_report import _holm
+    from swapprune.studies.compare_report import _holm
 
     comps = [
         {"winner": "b1", "p_value": 0.04},

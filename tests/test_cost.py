@@ -6,11 +6,11 @@ import pytest
 import torch
 from tiny_models import tiny_model, tiny_tokenizer
 
-from swapprune.cost import pruning_cost
+from swapprune.edit.surgery import apply_plan
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import evaluate
+from swapprune.evaluation.cost import pruning_cost
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
 
 KW = dict(words=200, max_length=64, windows=6, n_boot=300)
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from swapprune import criteria
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
+from swapprune.select import criteria
 
 
 def table(repl, inter):

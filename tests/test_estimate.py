@@ -4,9 +4,9 @@ import pytest
 import torch
 from tiny_models import tiny_model
 
-from swapprune.engine.plans import parse_pairs
+from swapprune.engine.estimate import block_evaluations, trie_blocks
+from swapprune.engine.orders import parse_pairs
 from swapprune.engine.scoring import score
-from swapprune.estimate import block_evaluations, trie_blocks
 
 
 def test_trie_counts_shared_prefixes_once():

@@ -8,7 +8,7 @@ from tiny_models import save_tiny, tiny_model
 
 from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
-from swapprune.fingerprint import check_same_model, fingerprint_difference, model_fingerprint
+from swapprune.model.fingerprint import check_same_model, fingerprint_difference, model_fingerprint
 
 
 def test_same_model_same_fingerprint_across_loads(tmp_path):
@@ -113,7 +113,7 @@ def test_real_model_same_through_any_load_path():
     """The alias (possibly through the converted-GGUF cache) and a direct GGUF load agree."""
     from transformers import AutoModelForCausalLM
 
-    from swapprune.loading import load_model
+    from swapprune.model.load import load_model
 
     model, _, source = load_model("smollm2-135m", progress=False)
     direct = AutoModelForCausalLM.from_pretrained(

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from swapprune import gguf_cache
-from swapprune.loading import load_config, load_model
+from swapprune.model import gguf as gguf_cache
+from swapprune.model import load as loading
+from swapprune.model.facts import read_facts
+from swapprune.model.load import load_model, resolve_source
 
 TEXTS = ["the cat in the hat", "<|im_start|>hi there<|im_end|>", " a\nb  c", "héllo wörld"]
 
@@ -158,7 +160,7 @@ def test_converted_once_then_read_without_parsing(tiny_gguf, cache, monkeypatch)
 
     import gguf
 
-    monkeypatch.setattr(gguf_cache, "convert", fail)
+    monkeypatch.setattr(loading, "convert_gguf", fail)
     monkeypatch.setattr(gguf, "GGUFReader", fail)
     # A renamed copy of the same bytes reuses the entry: the key is the content.
     copy = tiny_gguf.parent / "renamed.gguf"
@@ -166,11 +168,11 @@ def test_converted_once_then_read_without_parsing(tiny_gguf, cache, monkeypatch)
     try:
         _, _, again = load_model(str(tiny_gguf), progress=False)
         _, _, renamed = load_model(str(copy), progress=False)
-        config = load_config(str(copy))
+        facts = read_facts(resolve_source(str(copy)))  # the copy's config.json, no parse
     finally:
         copy.unlink()
     assert first.converted == again.converted == renamed.converted
-    assert config.num_hidden_layers == 2
+    assert facts.num_layers == 2 and facts.model_type == "llama"
     assert sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir()) == [
         Path(first.converted).name
     ]
@@ -227,9 +229,8 @@ def test_interrupted_conversion_leaves_no_entry(tiny_gguf, cache, monkeypatch):
         (Path(out) / "config.json").write_text("{}")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gguf_cache, "convert", crash)
     with pytest.raises(KeyboardInterrupt):
-        gguf_cache.converted_dir(tiny_gguf, progress=False)
+        gguf_cache.converted_dir(tiny_gguf, crash, progress=False)
     assert not [p for p in (cache / "gguf").iterdir() if p.is_dir()]
 
 
@@ -280,7 +281,7 @@ def test_unusable_cache_falls_back_to_the_direct_load(tiny_gguf, tmp_path, monke
 @pytest.mark.slow
 def test_real_gguf_cache_is_bitwise_the_direct_load(tmp_path, monkeypatch):
     """SmolLM2-135M (the demo GGUF): cached copy == direct load, logits and tokenizer."""
-    from swapprune.loading import resolve_source
+    from swapprune.model.load import resolve_source
 
     monkeypatch.setenv("SWAPPRUNE_CACHE", str(tmp_path / "cache"))
     path = resolve_source("smollm2-135m").gguf_path
@@ -296,37 +297,40 @@ def test_real_gguf_cache_is_bitwise_the_direct_load(tmp_path, monkeypatch):
     ) == ref_tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
 
 
-def test_cached_source_reads_the_copy_without_converting(tiny_gguf, cache):
-    from swapprune.loading import resolve_source
-
+def test_facts_come_from_the_header_then_from_the_copy(tiny_gguf, cache, monkeypatch):
     src = resolve_source(str(tiny_gguf))
-    assert gguf_cache.cached_source(src) is None  # nothing converted yet, and none made
+    cold = read_facts(src)  # no entry yet: the GGUF header, and no conversion
+    assert (cold.num_layers, cold.context_length, cold.hidden_size) == (2, 128, 64)
     assert not (cache / "gguf").exists() or not [
         p for p in (cache / "gguf").iterdir() if p.is_dir()
     ]
-    _, _, loaded = load_model(str(tiny_gguf), progress=False)
-    copy = gguf_cache.cached_source(src)
-    assert copy.path == loaded.converted and copy.gguf_file is None
-    assert (Path(copy.path) / "config.json").is_file()
-    hub = resolve_source(copy.path)  # not a GGUF: returned as is
-    assert gguf_cache.cached_source(hub) is hub
+    load_model(str(tiny_gguf), progress=False)
+    import gguf
+
+    def fail(*a, **k):
+        raise AssertionError("with a converted copy the header is not parsed")
+
+    monkeypatch.setattr(gguf, "GGUFReader", fail)
+    warm = read_facts(src)
+    assert (warm.num_layers, warm.context_length, warm.hidden_size) == (2, 128, 64)
 
 
 def test_concurrent_first_loads_convert_once(tiny_gguf, cache, monkeypatch):
     import threading
 
     calls = []
-    real = gguf_cache.convert
+    real = loading.convert_gguf
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gguf_cache, "convert", counted)
     entries: list[Path] = []
     threads = [
         threading.Thread(
-            target=lambda: entries.append(gguf_cache.converted_dir(tiny_gguf, progress=False))
+            target=lambda: entries.append(
+                gguf_cache.converted_dir(tiny_gguf, counted, progress=False)
+            )
         )
         for _ in range(2)
     ]

@@ -7,10 +7,10 @@ import torch
 from tiny_models import tiny_model, tiny_tokenizer
 from transformers import AutoModelForCausalLM
 
+from swapprune.edit.healing import HealConfig, default_targets, heal, heal_windows, near_cut_layers
+from swapprune.edit.surgery import apply_plan
 from swapprune.errors import SwappruneError
-from swapprune.healing import HealConfig, default_targets, heal, heal_windows, near_cut_layers
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
 
 SMALL = dict(steps=25, lr=3e-3, prompts=16, tokens=48, heldout=4, batch_size=4)
 

@@ -26,13 +26,13 @@ from llmcompressor.recipe import Recipe  # noqa: E402
 from tiny_models import LAYERS, save_tiny, tiny_ids, tiny_tokenizer  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from swapprune.calibration import Calibration  # noqa: E402
+from swapprune.calibration.windows import Calibration  # noqa: E402
 from swapprune.errors import SwappruneError  # noqa: E402
 from swapprune.integrations.llmcompressor import (  # noqa: E402
     DepthPruningModifier,
     windows_from_dataloader,
 )
-from swapprune.pruning import prune  # noqa: E402
+from swapprune.select.core import prune  # noqa: E402
 
 pytestmark = pytest.mark.llmcompressor
 

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from swapprune.artifacts import locked
+from swapprune.output.artifacts import locked
 
 fcntl = pytest.importorskip("fcntl")
 
 HOLD = """
 import sys, time
-from swapprune.artifacts import locked
+from swapprune.output.artifacts import locked
 with locked(sys.argv[1]):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from swapprune.edit.merging import MERGES, MergeRule, get_merge
 from swapprune.errors import SwappruneError
-from swapprune.merging import MERGES, MergeRule, get_merge
 
 
 def _block(seed: int, dtype=torch.float32) -> nn.Module:

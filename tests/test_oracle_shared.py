@@ -5,9 +5,9 @@ import json
 import numpy as np
 from tiny_models import save_tiny, tiny_ids, tiny_model
 
+from swapprune.api import plan_pruning
 from swapprune.engine import oracle as oracle_mod
 from swapprune.engine.oracle import CalibrationOracle, shared_oracles
-from swapprune.pruning import PruneRequest, plan_pruning
 
 IDS = tiny_ids(6, 24, seed=3)
 
@@ -88,17 +88,11 @@ def test_other_windows_other_batches_or_another_model_are_not_shared():
 def test_sleb_one_shot_after_sleb_measures_nothing_new(monkeypatch):
     """SLEB one-shot's scores are SLEB's first step: with shared oracles, no new forward."""
     model = tiny_model("llama")
-    alone, _ = plan_pruning(
-        model, None, PruneRequest(budget=2, protocol="sleb-oneshot"), calibration=_cal()
-    )
+    alone, _ = plan_pruning(model, None, budget=2, protocol="sleb-oneshot", calibration=_cal())
     with shared_oracles():
-        sleb, _ = plan_pruning(
-            model, None, PruneRequest(budget=2, protocol="sleb"), calibration=_cal()
-        )
+        sleb, _ = plan_pruning(model, None, budget=2, protocol="sleb", calibration=_cal())
         seen = counting(monkeypatch)
-        one, _ = plan_pruning(
-            model, None, PruneRequest(budget=2, protocol="sleb-oneshot"), calibration=_cal()
-        )
+        one, _ = plan_pruning(model, None, budget=2, protocol="sleb-oneshot", calibration=_cal())
     assert seen == []
     assert one.to_dict() == alone.to_dict()  # same selection, same recorded calls
     assert one.scores["oracle_calls"] == 6
@@ -106,7 +100,6 @@ def test_sleb_one_shot_after_sleb_measures_nothing_new(monkeypatch):
 
 def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
     """compare with SLEB, SLEB one-shot and auto: the same plans as with sharing off."""
-    from swapprune.compare import CompareJob, run_compare
     from swapprune.config import (
         CalibrationConfig,
         CompareConfig,
@@ -115,6 +108,7 @@ def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
         RunConfig,
         ScoreConfig,
     )
+    from swapprune.studies.compare import CompareJob, run_compare
 
     model_dir = str(save_tiny("llama", tmp_path / "m"))
 
@@ -172,6 +166,6 @@ def test_counts_survive_the_block_and_the_states_do_not():
 
 
 def _cal():
-    from swapprune.calibration import Calibration
+    from swapprune.calibration.windows import Calibration
 
     return Calibration(input_ids=IDS, source="test", seed=0)

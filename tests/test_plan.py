@@ -190,7 +190,7 @@ def test_fingerprint_round_trips_and_old_plans_still_load(tmp_path):
 
 
 def _sources(tmp_path, monkeypatch):
-    from swapprune.loading import resolve_source
+    from swapprune.model.load import resolve_source
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
@@ -212,7 +212,7 @@ def test_source_id_is_the_hub_id_or_an_absolute_path(tmp_path, monkeypatch):
 
 
 def test_alias_id_is_the_file_it_resolves_to():
-    from swapprune.loading import resolve_source
+    from swapprune.model.load import resolve_source
 
     try:
         src = resolve_source("smollm2-135m")
@@ -224,7 +224,7 @@ def test_alias_id_is_the_file_it_resolves_to():
 
 
 def test_card_and_mergekit_name_the_resolved_source(tmp_path, monkeypatch):
-    from swapprune.card import model_card
+    from swapprune.output.card import model_card
 
     src = _sources(tmp_path, monkeypatch)
     plan = PrunePlan.from_removal(

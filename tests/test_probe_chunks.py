@@ -16,8 +16,8 @@ import pytest
 import torch
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune import naive
-from swapprune.engine.plans import deletion_plan, pair_probe_plans
+from swapprune.engine import naive
+from swapprune.engine.orders import deletion_plan, pair_probe_plans
 from swapprune.engine.probes import ProbeEngine, Unit
 from swapprune.engine.scoring import score
 

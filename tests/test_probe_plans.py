@@ -1,7 +1,7 @@
 """Every probe pinned to its definition, written out by hand.
 
 The expected plans are literal tuples (METHOD.md section 2), never built with
-``swapprune.engine.plans``; the expected KL values come from a plain forward of
+``swapprune.engine.orders``; the expected KL values come from a plain forward of
 the model whose block list is rebuilt here from those literal plans. A probe
 that is swapped for another (interchange computed as a replacement, a flipped
 replacement direction, deletion skipping the wrong block) fails here.
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune.engine.plans import (
+from swapprune.engine.orders import (
     deletion_plan,
     interchange_plan,
     pair_probe_plans,

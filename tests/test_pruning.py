@@ -8,11 +8,15 @@ import torch
 import torch.nn.functional as F
 from tiny_models import tiny_ids, tiny_model, tiny_tokenizer
 
-from swapprune import criteria
-from swapprune.calibration import Calibration
+from swapprune.api import plan_pruning, prune
+from swapprune.calibration.windows import Calibration
+from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.engine.naive import plan_logits
 from swapprune.engine.oracle import CalibrationOracle
-from swapprune.naive import plan_logits
-from swapprune.pruning import PruneRequest, plan_pruning, prune
+from swapprune.select import criteria
+from swapprune.select.spec import resolve
+
+CAL = CalibrationConfig()
 
 IDS = tiny_ids(6, 24, seed=3)
 
@@ -52,7 +56,8 @@ def test_sleb_is_iterative_minimum_perplexity():
     plan, _ = plan_pruning(
         model,
         None,
-        PruneRequest(budget=2, protocol="sleb"),
+        budget=2,
+        protocol="sleb",
         calibration=Calibration(IDS, "test", 0),
         progress=False,
     )
@@ -160,7 +165,7 @@ def test_last_token_angular_over_spans_by_hand():
         got = criteria.get("angular").span_scores(ctx, n)
         np.testing.assert_allclose(got, want, rtol=1e-6)
     plan, _ = plan_pruning(
-        model, None, PruneRequest(budget=3, protocol="angular"), calibration=cal(), progress=False
+        model, None, budget=3, protocol="angular", calibration=cal(), progress=False
     )
     start = int(np.argmin(want))  # want holds the n=3 spans
     assert plan.removed == [start, start + 1, start + 2] and plan.strategy == "contiguous"
@@ -174,9 +179,7 @@ def test_block_influence_is_unconstrained_n_lowest():
         (1 - F.cosine_similarity(after[k].double(), after[k + 1].double(), dim=-1)).mean().item()
         for k in range(6)
     ]
-    plan, _ = plan_pruning(
-        model, None, PruneRequest(budget=3, protocol="bi"), calibration=cal(), progress=False
-    )
+    plan, _ = plan_pruning(model, None, budget=3, protocol="bi", calibration=cal(), progress=False)
     assert plan.removed == sorted(np.argsort(bi, kind="stable")[:3].tolist())
     np.testing.assert_allclose(plan.scores["importance"], bi, rtol=1e-6)
 
@@ -201,7 +204,8 @@ def test_sleb_oneshot_and_sleb_kl_by_hand():
     plan, _ = plan_pruning(
         model,
         None,
-        PruneRequest(budget=2, protocol="sleb-oneshot"),
+        budget=2,
+        protocol="sleb-oneshot",
         calibration=cal(),
         progress=False,
     )
@@ -210,7 +214,7 @@ def test_sleb_oneshot_and_sleb_kl_by_hand():
     np.testing.assert_allclose(plan.scores["importance"], ppl, rtol=1e-5)
 
     plan, _ = plan_pruning(
-        model, None, PruneRequest(budget=2, protocol="sleb-kl"), calibration=cal(), progress=False
+        model, None, budget=2, protocol="sleb-kl", calibration=cal(), progress=False
     )
     first = min(range(6), key=lambda b: naive_kl(model, [b]))
     second = min((b for b in range(6) if b != first), key=lambda b: naive_kl(model, [first, b]))
@@ -236,7 +240,8 @@ def test_weaker_contributor_breaks_the_tie_of_the_best_pair():
         plan, _ = plan_pruning(
             model,
             None,
-            PruneRequest(budget=1, protocol="interchange"),
+            budget=1,
+            protocol="interchange",
             scores=s,
             calibration=cal(),
             progress=False,
@@ -281,10 +286,11 @@ def test_a_strategy_input_the_criterion_lacks_fails_before_any_model_work():
     with pytest.raises(
         SwappruneError, match="needs pair table.*criteria that can: interchange, replacement"
     ):
-        PruneRequest(budget=2, protocol="bi", strategy="ranked-pairs").resolve()
+        resolve(SelectConfig(budget=2, protocol="bi", strategy="ranked-pairs"), CAL)
     with pytest.raises(SwappruneError, match="needs rescore.*sleb"):
-        PruneRequest(budget=2, protocol="interchange", strategy="iterative").resolve()
-    crit, strategy = PruneRequest(
-        budget=2, protocol="bi", strategy="beam:4", beam_calls=50, beam_seeds=5
-    ).resolve()
+        resolve(SelectConfig(budget=2, protocol="interchange", strategy="iterative"), CAL)
+    _, strategy, _ = resolve(
+        SelectConfig(budget=2, protocol="bi", strategy="beam:4", max_oracle_calls=50, beam_seeds=5),
+        CAL,
+    )
     assert (strategy.width, strategy.max_calls, strategy.seeds) == (4, 50, 5)

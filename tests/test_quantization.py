@@ -8,8 +8,13 @@ import pytest
 import torch
 from tiny_models import tiny_ids, tiny_model, tiny_tokenizer
 
+from swapprune.edit.quantization import (
+    QuantizeConfig,
+    load_quantized,
+    quantize_model,
+    save_quantized,
+)
 from swapprune.errors import SwappruneError
-from swapprune.quantization import QuantizeConfig, load_quantized, quantize_model, save_quantized
 
 
 # int4 packing is slow on CPU (about 40 s on an idle 2-core machine): run with -m slow.

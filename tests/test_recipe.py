@@ -13,9 +13,9 @@ from tiny_models import save_tiny
 from transformers import AutoModelForCausalLM
 
 from swapprune import cli
+from swapprune.edit.quantization import load_quantized
 from swapprune.errors import SwappruneError
 from swapprune.pipeline import run
-from swapprune.quantization import load_quantized
 from swapprune.recipe import describe_schema
 from swapprune.recipe import load_config as load_recipe
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from swapprune import regime as R
-from swapprune.bootstrap import resample_indices
 from swapprune.engine.scores import SCHEMA, ScoreResult
+from swapprune.select import regime as R
+from swapprune.stats.bootstrap import resample_indices
 
 STUDY = Path(__file__).resolve().parent.parent / "eval" / "study"
 

@@ -159,7 +159,7 @@ def test_resume_refuses_other_settings(model, ids, reference, tmp_path):
     _refused(out, r"calibration tokens 12 vs 10", **dict(base, calibration=ids[:, :10]))
     _refused(out, r"calibration prompts 6 vs 4", **dict(base, calibration=ids[:4]))
     _refused(out, r"calibration sha256", **dict(base, calibration=tiny_ids(6, 12, seed=5)))
-    from swapprune.calibration import Calibration
+    from swapprune.calibration.windows import Calibration
 
     _refused(
         out, r"calibration seed 0 vs 3", **dict(base, calibration=Calibration(ids, "tensor", 3))

@@ -4,8 +4,8 @@ import pytest
 import torch
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 
+from swapprune.engine.naive import plan_logits
 from swapprune.engine.runner import PlanRunner
-from swapprune.naive import plan_logits
 
 PLANS = [
     (0, 2, 1, 3, 4, 5),  # adjacent interchange

@@ -7,10 +7,10 @@ import pytest
 import torch
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 
+from swapprune.engine.naive import kl_per_window, plan_logits
 from swapprune.engine.scores import ScoreResult
 from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
-from swapprune.naive import kl_per_window, plan_logits
 
 # Block types of the tiny models (s: sliding, f: full attention):
 #   gemma2 s f s f s f, gemma3_text s s f s s f, qwen2 f f f s s s.

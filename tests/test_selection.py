@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from swapprune.errors import SwappruneError
-from swapprune.selection import (
+from swapprune.select.strategies import (
     INPUTS,
     STRATEGIES,
+    Choice,
     Constraints,
     Ranked,
-    Selection,
     SelectionInputs,
     describe,
     get_strategy,
@@ -273,7 +273,7 @@ def test_spaced_without_check_says_what_is_impossible():
         get_strategy("greedy").choose(inputs)
     # exactly enough room: 1, 3, 5
     assert get_strategy("greedy").choose(SelectionInputs(np.zeros(8), 3, inputs.constraints)) == (
-        Selection([1, 3, 5])
+        Choice([1, 3, 5])
     )
 
 
@@ -327,7 +327,7 @@ def test_ranked_pairs_check_protects_the_ends_with_skip_ends():
     # blocks 1 and L-2 stay allowed under skip-ends; pairs are read as given (j < i too)
     table = {(7, 6): 0.1, (1, 0): 0.2, (1, 3): 0.3, (6, 7): 0.4, (2, 4): 0.5}
     sel = rp.choose(SelectionInputs(np.ones(8), 3, Constraints(8), pair_table=table))
-    assert sel == Selection([1, 2, 6], order=[6, 1, 2])
+    assert sel == Choice([1, 2, 6], order=[6, 1, 2])
     with pytest.raises(SwappruneError, match="found only 3 removable lower blocks"):
         rp.choose(SelectionInputs(np.ones(8), 4, Constraints(8), pair_table=table))
 
@@ -360,11 +360,11 @@ def test_clustered_threshold_edges():
     imp = np.array([0.1, 0.1, 0.5, 0.1, 0.1, 0.5, 0.0, 0.9])
     c = get_strategy("clustered:0.10")
     sel = c.choose(SelectionInputs(imp, 2, Constraints(8)))
-    assert sel == Selection([0, 1], notes={"region": [0, 1]})
+    assert sel == Choice([0, 1], notes={"region": [0, 1]})
     # a run starting after a break; the longest wins over an earlier shorter one
     imp = np.array([0.0, 0.5, 0.2, 0.1, 0.05, 0.5, 0.9, 0.9])
     sel = get_strategy("clustered:0.2").choose(SelectionInputs(imp, 2, Constraints(8)))
-    assert sel == Selection([3, 4], notes={"region": [2, 4]})
+    assert sel == Choice([3, 4], notes={"region": [2, 4]})
     # protected blocks are outside every region
     sel = get_strategy("clustered:0.2").choose(
         SelectionInputs(imp, 1, Constraints(8, protect_first=3))
@@ -386,7 +386,7 @@ def test_clustered_range_respects_protection():
     ):
         c.check(4, Constraints(8, protect_first=1))
     sel = c.choose(SelectionInputs(np.zeros(8), 3, Constraints(8, protect_first=1)))
-    assert sel == Selection([1, 2, 3], notes={"region": [1, 3]})
+    assert sel == Choice([1, 2, 3], notes={"region": [1, 3]})
     c3 = get_strategy("clustered:3-3")
     c3.check(1, Constraints(8))
     assert c3.choose(SelectionInputs(np.zeros(8), 1, Constraints(8))).removed == [3]
@@ -475,7 +475,7 @@ def test_iterative_calls_rescore_between_steps_only():
     sel = it.choose(
         SelectionInputs(np.array([3.0, 2, 1, 0, 5, 5]), 2, Constraints(6), rescore=rescore)
     )
-    assert sel == Selection([0, 3], order=[3, 0]) and it.order == [3, 0] and calls == [[3]]
+    assert sel == Choice([0, 3], order=[3, 0]) and it.order == [3, 0] and calls == [[3]]
     one = it.choose(
         SelectionInputs(np.array([3.0, 2, 1, 0, 5, 5]), 1, Constraints(6), rescore=rescore)
     )
@@ -496,7 +496,7 @@ def test_order_and_select_record_the_choice():
     assert inputs.order([0, 3], np.array([0.0, 0, 0, -1])) == [3, 0]
     ranked = get_strategy("ranked")
     assert ranked.select([0.2, 0.1, 0.1, 0.0], 2, Constraints(4)) == [1, 3]
-    assert ranked.last == Selection([1, 3])
+    assert ranked.last == Choice([1, 3])
 
 
 def test_describe_lists_every_spec_with_its_first_line():

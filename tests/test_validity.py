@@ -8,12 +8,13 @@ import pytest
 import torch.nn.functional as F
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune import criteria
-from swapprune.calibration import Calibration
+from swapprune.calibration.windows import Calibration
+from swapprune.engine.naive import plan_logits
 from swapprune.engine.oracle import CalibrationOracle
 from swapprune.errors import SwappruneError
-from swapprune.naive import plan_logits
-from swapprune.validity import predictor_validity, rankdata, spearman, write_validity_report
+from swapprune.select import criteria
+from swapprune.studies.validity import predictor_validity, rankdata, spearman
+from swapprune.studies.validity_report import write_validity_report
 
 IDS = tiny_ids(8, 24, seed=3)
 

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 import swapprune
-from swapprune.artifacts import write_json_atomic
-from swapprune.calibration import Calibration, load_calibration
+from swapprune.calibration.windows import Calibration, load_calibration
 from swapprune.engine.scores import ScoreResult
 from swapprune.engine.scoring import score
-from swapprune.stability import selection_stability
+from swapprune.output.artifacts import write_json_atomic
+from swapprune.select.stability import selection_stability
 
 
 def main() -> None:

@@ -99,7 +99,7 @@ def main(argv=None) -> dict:
 
     import swapprune
     from swapprune.integrations.llmcompressor import DepthPruningModifier, calibration_dataloader
-    from swapprune.surgery import apply_plan
+    from swapprune.edit.surgery import apply_plan
 
     torch.manual_seed(0)
     report: dict = {
@@ -149,8 +149,8 @@ def main(argv=None) -> dict:
     # The pruned model alone: the same plan, the same surgery, on a fresh copy of the base.
     pruned, tok, _ = swapprune.load_model(args.model, progress=False)
     if args.compare_cost:
-        from swapprune.calibration import Calibration
-        from swapprune.pruning import plan_pruning
+        from swapprune.calibration.windows import Calibration
+        from swapprune.select.core import plan_pruning
 
         windows = torch.cat([b["input_ids"] for b in loader])
         with torch.no_grad():

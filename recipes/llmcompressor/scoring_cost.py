@@ -49,9 +49,9 @@ def main(argv=None) -> dict:
     from torch.utils.data import DataLoader
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from swapprune.calibration import Calibration
+    from swapprune.calibration.windows import Calibration
     from swapprune.integrations.llmcompressor import DepthPruningModifier
-    from swapprune.pruning import plan_pruning
+    from swapprune.select.core import plan_pruning
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from tiny_models import tiny_tokenizer  # oneshot wants a processor; the windows are ids

@@ -40,7 +40,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from swapprune.compare import CompareJob, run_compare
+    from swapprune.studies.compare import CompareJob, run_compare
 
     job = CompareJob(
         run=RunConfig(

@@ -1,4 +1,4 @@
-"""``swapprune list``: the registered names (criteria, strategies, merge rules, probes, tasks)."""
+"""``swapprune list``: the registered names (criteria, policies, strategies, merges, probes, tasks)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,24 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune import criteria
-    from swapprune.config import PROBES
+    from swapprune.edit.merging import MERGES
+    from swapprune.engine.orders import PROTOCOLS
     from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
-    from swapprune.merging import MERGES
+    from swapprune.select import criteria
+    from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT
+    from swapprune.select.strategies import describe as describe_strategies
 
     print("criteria (--protocol), lower importance = more removable:")
-    describe = getattr(criteria, "describe", None)
-    if describe is not None:
-        for name, source, what in describe():
-            print(f"  {name:<16} {what}" + (f" [{source}]" if source else ""))
-    else:
-        print("  " + ", ".join(criteria.names()))
+    for name, source, what in criteria.describe():
+        print(f"  {name:<16} {what}" + (f" [{source}]" if source else ""))
+    print("policies (--protocol):")
+    print(f"  {AUTO:<16} {AUTO_WHAT} [{AUTO_SOURCE}]")
     print("strategies (--strategy):")
-    from swapprune.selection import describe as describe_strategies
-
     for spec, what in describe_strategies():
         what = what.split(": ", 1)[1] if what.startswith("``") and ": " in what else what
         print(f"  {spec:<16} {what}")
     print("merge rules (--merge): " + ", ".join(MERGES.names()))
-    print("probes (score --probes): " + ", ".join(PROBES))
+    print("probes (score --probes): " + ", ".join(PROTOCOLS))
     tasks = sorted(set(NATIVE_TASKS) | {p.stem for p in PACK_DIR.glob("*.yaml")})
     print("evaluation tasks (--tasks): " + ", ".join(tasks))
     print("task aliases: " + ", ".join(f"{k}={v}" for k, v in sorted(ALIASES.items())))

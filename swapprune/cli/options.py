@@ -4,8 +4,7 @@ Every flag of every command is a field of a dataclass in
 :mod:`swapprune.config`: :func:`add_section` turns a section into an argument
 group (``--field-name``, with its help text and default), :func:`section_from`
 builds the dataclass from the parsed arguments. A flag therefore has one name,
-one default and one help text wherever it appears. Deprecated spellings are
-accepted, hidden from ``--help``, and warned about once.
+one default and one help text wherever it appears.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import types
 import typing
 from typing import Any
 
-from swapprune.config import deprecated
 from swapprune.errors import SwappruneError
 
 #: ``--quick``: settings that finish the demo model in about a minute on 2 CPU cores.
@@ -82,18 +80,6 @@ def _base_type(tp):
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         tp = next(a for a in args if a is not type(None))
     return tp
-
-
-class _Deprecated(argparse.Action):
-    """Store like the new flag, after a one-time deprecation warning."""
-
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
-        self.new = new
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        deprecated(option_string or self.option_strings[0], self.new)
-        setattr(namespace, self.dest, True if self.nargs == 0 else values)
 
 
 def _default_text(default: Any) -> str:
@@ -167,25 +153,12 @@ def add_section(
             kwargs["default"] = default
             kwargs["help"] += _default_text(default).replace("%", "%%")
             if f.name in required:
-                # Checked after parsing (check_required), so a deprecated alias also counts.
+                # Checked after parsing (check_required): one message for every command.
                 kwargs["default"] = None
                 kwargs["help"] += " (required)"
                 earlier = parser.get_default(REQUIRED) or []
                 parser.set_defaults(**{REQUIRED: [*earlier, (dest, flag)]})
         group.add_argument(flag, **kwargs)
-        for alias in meta.get("aliases", ()):
-            if alias.startswith("--"):
-                nargs = 0 if tp is bool else None
-                extra = {} if tp is bool else {"type": kwargs["type"]}
-                group.add_argument(
-                    alias,
-                    dest=dest,
-                    action=_Deprecated,
-                    new=flag,
-                    nargs=nargs,
-                    help=argparse.SUPPRESS,
-                    **extra,
-                )
 
 
 REQUIRED = "_required_fields"

@@ -39,7 +39,7 @@ def print_prune_summary(res) -> None:
         )
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
-        from swapprune.auto import decision_lines
+        from swapprune.select.auto import decision_lines
 
         for line in decision_lines(auto):
             print(line)

@@ -1,6 +1,6 @@
 """The probe engine, in the order the data flows: plans -> runner -> probes -> scores.
 
-* :mod:`~swapprune.engine.plans`: the probes as layer plans, and pair sets (pure);
+* :mod:`~swapprune.engine.orders`: the probes as layer plans, and pair sets (pure);
 * :mod:`~swapprune.engine.runner`: runs layer plans over the model's own blocks,
   with prefix reuse (the only module that registers hooks);
 * :mod:`~swapprune.engine.probes`: swap-KL values per unit and window;

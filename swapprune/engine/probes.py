@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from swapprune.engine.plans import deletion_plan, pair_probe_plans
+from swapprune.engine.orders import deletion_plan, pair_probe_plans
 from swapprune.engine.runner import BatchCache, PlanRunner
 
 # Rows of [rows, vocab] log-softmax computed at once; bounds the temporaries

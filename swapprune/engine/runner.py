@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from swapprune.architectures import DecoderStack, decoder_stack
+from swapprune.model.stack import DecoderStack, decoder_stack
 
 Plan = tuple[int, ...]
 

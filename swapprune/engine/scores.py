@@ -3,7 +3,7 @@
 Pure numpy; no torch. ``ScoreResult.to_dict()`` produces the schema-versioned
 JSON written by ``swapprune score`` (distances, bootstrap CIs, directed
 replacement values, per-pair ``I/R``, gap-stratified summaries, rank CIs and the
-paper's regime call, :mod:`swapprune.regime`); ``ScoreResult.from_dict()`` reads
+paper's regime call, :mod:`swapprune.select.regime`); ``ScoreResult.from_dict()`` reads
 it back, per-window values included, so any later stage (selection, comparison,
 resume) can start from the file.
 
@@ -23,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from swapprune.artifacts import write_json_atomic
-from swapprune.bootstrap import resample_indices
 from swapprune.errors import SwappruneError
-from swapprune.regime import regime
+from swapprune.output.artifacts import write_json_atomic
+from swapprune.select.regime import regime
+from swapprune.stats.bootstrap import resample_indices
 
 SCHEMA = "swapprune.scores/1"
-# Files of the same format written while the schema carried the module path; they load unchanged.
-READABLE = (SCHEMA, "swapprune.engine.scores/1")
 
 
 def _mean(x, axis=None):
@@ -194,7 +192,7 @@ class ScoreResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> ScoreResult:
-        if data.get("schema") not in READABLE:
+        if data.get("schema") != SCHEMA:
             raise SwappruneError(f"not a swapprune scores file (schema {data.get('schema')!r})")
         meta = {
             k: v
@@ -229,7 +227,7 @@ def _array(values: list) -> np.ndarray:
 
 
 def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) -> dict:
-    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.regime`)."""
+    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.select.regime`)."""
     both = [r for r in rows if "replacement" in r and "interchange" in r]
     summary: dict = {}
     if both:

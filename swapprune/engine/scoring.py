@@ -39,13 +39,13 @@ import numpy as np
 import torch
 
 from swapprune import __version__
-from swapprune.architectures import decoder_stack
-from swapprune.calibration import Calibration, load_calibration
-from swapprune.engine.plans import PAIR_PROTOCOLS, PROTOCOLS, parse_pairs, parse_protocols
+from swapprune.calibration.windows import Calibration, load_calibration
+from swapprune.engine.orders import PAIR_PROTOCOLS, PROTOCOLS, parse_pairs, parse_protocols
 from swapprune.engine.probes import PartialUnit, ProbeEngine, Unit
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError, unknown_name
-from swapprune.fingerprint import fingerprint_difference, model_fingerprint
+from swapprune.model.fingerprint import fingerprint_difference, model_fingerprint
+from swapprune.model.stack import decoder_stack
 
 POSITIONS = ("last", "all")
 # Within a window chunk, flush a unit's partial values at most this often (seconds):
@@ -121,7 +121,7 @@ def score_modes(
         modes: positions modes to measure (``last``, ``all``).
         calibration: precomputed windows (a :class:`Calibration` or ``[N, T]`` ids).
         calib, prompts, tokens, seed: calibration source and size (see
-            :func:`swapprune.calibration.load_calibration`).
+            :func:`swapprune.calibration.windows.load_calibration`).
         protocols: any of ``replacement``, ``interchange``, ``deletion``.
         pairs: ``adjacent`` | ``all`` | ``gap:K`` | ``"3-4,7-9"`` or explicit pairs.
         batch_size: windows per forward pass.
@@ -249,7 +249,7 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    from swapprune.architectures import context_length
+    from swapprune.model.arch import context_length
 
     return load_calibration(tokenizer, calib, prompts, tokens, seed, context_length(model.config))
 

@@ -39,14 +39,6 @@ def shard_env() -> tuple[int, int, int]:
     return rank, world, local
 
 
-def local_device() -> str:
-    """The device a rank should load its model on: ``cuda:LOCAL_RANK`` when CUDA is present."""
-    import torch
-
-    _, _, local = shard_env()
-    return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-
-
 def merge_timing(timings: list[dict]) -> dict:
     """One ``timing`` record from the ranks' records (rank order)."""
     total = {

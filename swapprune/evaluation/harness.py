@@ -15,8 +15,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from swapprune import bootstrap
 from swapprune.evaluation.results import Metric, TaskResult
+from swapprune.stats import bootstrap
 
 # Weight column of lm-eval's (loglikelihood, weight) perplexity metrics.
 _WEIGHTS = {"word_perplexity": "words", "byte_perplexity": "bytes", "bits_per_byte": "bytes"}

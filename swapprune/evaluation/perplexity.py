@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from swapprune import bootstrap
 from swapprune.errors import SwappruneError
 from swapprune.evaluation.names import WIKITEXT2_PPL
 from swapprune.evaluation.results import Metric, TaskResult
+from swapprune.stats import bootstrap
 
 TEST_TEXT = Path(__file__).resolve().parent.parent / "data" / "wiki.test.raw"
 
@@ -98,7 +98,7 @@ def score_windows(lm, ids: list[int], windows: list[Window]) -> list[float]:
 
 def tokenize(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` with the tokenizer's default special tokens (BOS)."""
-    from swapprune.token_cache import encode
+    from swapprune.calibration.tokens import encode
 
     return encode(tokenizer, text, add_special_tokens=True)
 

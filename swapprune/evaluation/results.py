@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from swapprune import bootstrap
 from swapprune.errors import SwappruneError
+from swapprune.stats import bootstrap
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Metric:
         higher_is_better: Direction of the metric.
         units: Columns of :attr:`TaskResult.units` the metric is computed from
             (empty if the metric cannot be recomputed from units).
-        statistic: Name in :data:`swapprune.bootstrap.STATISTICS` mapping those
+        statistic: Name in :data:`swapprune.stats.bootstrap.STATISTICS` mapping those
             columns to the metric, or None.
         ci: How the interval was obtained.
         stderr: lm-eval's standard error, where it reports one.

@@ -4,7 +4,7 @@
 before any modifier after it sees the model: it scores the blocks with any
 swapprune criterion, selects ``budget`` of them and removes or merges them with
 the same planner and surgery as ``swapprune.prune``
-(:func:`swapprune.pruning.plan_pruning`, :func:`swapprune.surgery.apply_plan`).
+(:func:`swapprune.select.core.plan_pruning`, :func:`swapprune.edit.surgery.apply_plan`).
 The modifiers that follow (``QuantizationModifier``, GPTQ, AWQ, ...) see a model
 whose block list, config (layer count, ``layer_types``) and ``layer_idx``
 already agree, so their per-layer pipelines and the saved checkpoint do too.
@@ -47,10 +47,10 @@ import torch
 from loguru import logger
 from pydantic import Field, PrivateAttr, model_validator
 
-from swapprune.calibration import DEFAULT_PROMPTS, DEFAULT_TOKENS, Calibration
+from swapprune.calibration.windows import DEFAULT_PROMPTS, DEFAULT_TOKENS, Calibration
 from swapprune.config import SelectConfig
 from swapprune.errors import SwappruneError
-from swapprune.pruning import PruneRequest
+from swapprune.select.core import PruneRequest
 
 __all__ = ["DepthPruningModifier", "windows_from_dataloader", "calibration_dataloader"]
 
@@ -113,7 +113,7 @@ class DepthPruningModifier(Modifier):
         return self
 
     def request(self) -> PruneRequest:
-        """The :class:`~swapprune.pruning.PruneRequest` these fields describe.
+        """The :class:`~swapprune.select.core.PruneRequest` these fields describe.
 
         Built through the CLI's own :class:`~swapprune.config.SelectConfig`, so a
         request is made one way everywhere.
@@ -151,9 +151,9 @@ class DepthPruningModifier(Modifier):
         return dict(self._timings)
 
     def on_initialize(self, state: State, **kwargs) -> bool:
-        from swapprune.architectures import decoder_stack
-        from swapprune.pruning import plan_pruning
-        from swapprune.surgery import apply_plan
+        from swapprune.edit.surgery import apply_plan
+        from swapprune.model.stack import decoder_stack
+        from swapprune.select.core import plan_pruning
 
         model = state.model
         _refuse_prepared_model(model)
@@ -203,7 +203,7 @@ class DepthPruningModifier(Modifier):
                 "data: pass dataset= to oneshot, or leave calibration unset to use "
                 "swapprune's default text"
             )
-        from swapprune.calibration import load_calibration
+        from swapprune.calibration.windows import load_calibration
 
         return load_calibration(self._load_tokenizer(model), self.calibration, n, t, self.seed)
 
@@ -282,7 +282,7 @@ def calibration_dataloader(
     """
     from torch.utils.data import DataLoader
 
-    from swapprune.calibration import load_calibration
+    from swapprune.calibration.windows import load_calibration
 
     cal = load_calibration(tokenizer, source, samples, tokens, seed)
     rows = [

@@ -1,0 +1,97 @@
+"""The in-memory Python API: ``swapprune.prune(model, tokenizer, budget=..., protocol=...)``.
+
+The keyword arguments are the fields of :class:`~swapprune.config.SelectConfig`
+and :class:`~swapprune.config.CalibrationConfig`, with the same names and
+defaults as the CLI's flags and a recipe's keys. They go through the run's own
+stage functions (:func:`swapprune.stages.calibrate`, :func:`swapprune.stages.select`),
+so a call here selects on the same windows, with the same policy, as the
+command line with the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from swapprune.config import CalibrationConfig, RunConfig, SelectConfig
+from swapprune.errors import SwappruneError
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[SelectConfig, CalibrationConfig]:
+    sections = (SelectConfig, CalibrationConfig)
+    names = {f.name: cls for cls in sections for f in dataclasses.fields(cls)}
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        from swapprune.errors import did_you_mean
+
+        raise SwappruneError(
+            f"unknown setting '{unknown[0]}'{did_you_mean(unknown[0], names)}; settings are the "
+            "fields of SelectConfig and CalibrationConfig"
+        )
+    by_cls: dict[type, dict] = {cls: {} for cls in sections}
+    for k, v in kwargs.items():
+        by_cls[names[k]][k] = v
+    return SelectConfig(**by_cls[SelectConfig]), CalibrationConfig(**by_cls[CalibrationConfig])
+
+
+def plan_pruning(
+    model,
+    tokenizer=None,
+    *,
+    calibration=None,
+    scores=None,
+    model_id: str | None = None,
+    progress: bool = True,
+    **settings: Any,
+):
+    """Choose the blocks to remove or merge; returns ``(plan, scores)``. The model is unchanged.
+
+    Args:
+        model: a causal LM, in memory.
+        tokenizer: its tokenizer, for the calibration windows (unless ``calibration``
+            is given).
+        calibration: windows to use instead of ``calib``/``prompts``/``tokens``
+            (:class:`~swapprune.calibration.windows.Calibration`).
+        scores: a :class:`~swapprune.engine.scores.ScoreResult` to reuse instead of probing.
+        model_id: recorded in the plan (default: the model's ``name_or_path``).
+        progress: progress bars while probing.
+        **settings: fields of :class:`~swapprune.config.SelectConfig` (``budget``,
+            ``protocol``, ``strategy``, ...) and :class:`~swapprune.config.CalibrationConfig`
+            (``prompts``, ``tokens``, ``seed``, ``adaptive``, ...).
+    """
+    from swapprune import stages
+    from swapprune.model.facts import ModelFacts
+    from swapprune.model.load import ModelSource
+    from swapprune.model.stack import decoder_stack
+
+    select_cfg, calib_cfg = _split(settings)
+    calib_cfg.check()
+    select_cfg.check(calib_cfg)
+    cfg = RunConfig(calibration=calib_cfg, prune=select_cfg)
+    facts = ModelFacts.from_config(model.config).with_layers(decoder_stack(model).num_layers)
+    name = model_id or getattr(model, "name_or_path", "") or type(model).__name__
+    selection = cfg.check_model(facts) if select_cfg.plan is None else None
+    loaded = stages.Loaded(model, tokenizer, ModelSource(name, name), facts, selection)
+    if scores is None and select_cfg.scores:
+        scores = stages.reuse_scores(select_cfg.scores, loaded)
+    if calibration is None and selection is not None and selection.needs_windows:
+        if tokenizer is None:
+            raise SwappruneError("selection needs calibration windows: pass a tokenizer")
+        calibration = stages.calibrate(cfg, loaded)
+    return stages.select(cfg, loaded, calibration, scores, progress)
+
+
+def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "interchange", **kw):
+    """Prune an in-memory model; returns ``(pruned_model, plan)``.
+
+    The model is edited in place (blocks removed or merged, config updated,
+    ``layer_idx`` renumbered). Keyword arguments are those of :func:`plan_pruning`.
+
+    Example:
+        >>> model, plan = swapprune.prune(model, tok, budget=4, protocol="interchange")
+    """
+    from swapprune.edit.surgery import apply_plan
+
+    chosen, _ = plan_pruning(model, tokenizer, budget=budget, protocol=protocol, **kw)
+    apply_plan(model, chosen)
+    return model, chosen

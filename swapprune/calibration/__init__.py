@@ -1,0 +1,1 @@
+"""Calibration windows and the token-id cache."""

@@ -1,0 +1,51 @@
+"""The one configuration of a swapprune run: every stage's settings, validated once.
+
+A run is ``load -> calibrate -> score -> select -> edit -> heal -> save ->
+quantize -> evaluate``; :class:`RunConfig` holds one dataclass per stage
+(:mod:`~swapprune.config.sections`, :mod:`~swapprune.config.select`) and the
+studies add theirs (:mod:`~swapprune.config.studies`). The CLI flags, the
+Python API and the recipe YAML are three views of them:
+
+* the CLI generates its options from the fields' metadata (:mod:`swapprune.cli.options`);
+* ``swapprune.run(RunConfig(...))`` takes it directly;
+* :func:`swapprune.recipe.load_config` reads a recipe YAML, applies ``--set key.sub=value``
+  overrides, rejects unknown keys with a did-you-mean, and checks types.
+
+Importing this package imports neither torch nor transformers.
+"""
+
+from swapprune.config.fields import DTYPES, POINTS, POSITIONS, SCHEMES, opt
+from swapprune.config.run import RunConfig, stage_class
+from swapprune.config.sections import (
+    CalibrationConfig,
+    CostConfig,
+    EvalConfig,
+    ExportConfig,
+    HealConfig,
+    ModelConfig,
+    QuantizeConfig,
+    ScoreConfig,
+)
+from swapprune.config.select import SelectConfig
+from swapprune.config.studies import CompareConfig, ValidateConfig
+
+__all__ = [
+    "DTYPES",
+    "POINTS",
+    "POSITIONS",
+    "SCHEMES",
+    "CalibrationConfig",
+    "CompareConfig",
+    "CostConfig",
+    "EvalConfig",
+    "ExportConfig",
+    "HealConfig",
+    "ModelConfig",
+    "QuantizeConfig",
+    "RunConfig",
+    "ScoreConfig",
+    "SelectConfig",
+    "ValidateConfig",
+    "opt",
+    "stage_class",
+]

@@ -1,0 +1,288 @@
+"""The settings of each stage of a run, one dataclass per stage.
+
+Every field is declared once, with its default and help text (:func:`~swapprune.config.fields.opt`);
+the CLI flags, the recipe YAML and the Python API are views of these classes.
+Checks here need no model; checks against the model's config live in
+:meth:`swapprune.config.run.RunConfig.check_model`. Imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swapprune.config.fields import (
+    DEVICE,
+    DTYPES,
+    NO_TEXT,
+    POINTS,
+    POSITIONS,
+    SCHEMES,
+    check_text_file,
+    choice,
+    opt,
+    positive,
+)
+from swapprune.engine.orders import PROTOCOLS as PROBES
+from swapprune.errors import SwappruneError
+from swapprune.evaluation import contract
+
+
+@dataclass
+class ModelConfig:
+    """Which model to load, and where."""
+
+    name: str = opt(
+        "smollm2-135m",
+        "hub id, local directory, .gguf file or alias (smollm2-135m)",
+        flag="--model",
+    )
+    dtype: str | None = opt(None, "float32 (default), bfloat16 or float16")
+    device: str | None = opt(None, "cpu, cuda, cuda:1, mps (default: cuda if present)")
+    device_map: str | None = opt(None, "e.g. auto: accelerate places and offloads the weights")
+    trust_remote_code: bool = opt(False, "allow model code from the hub")
+
+    def check(self) -> None:
+        choice("dtype", self.dtype, DTYPES)
+        if self.device is not None and not DEVICE.match(self.device):
+            raise SwappruneError(
+                f"unknown device '{self.device}'; use cpu, cuda, cuda:N, mps or auto"
+            )
+        from swapprune.model.load import resolve_source
+
+        resolve_source(self.name)
+
+
+@dataclass
+class CalibrationConfig:
+    """Unlabeled windows the probes and model-based criteria run on."""
+
+    calib: str | None = opt(
+        None,
+        "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
+    )
+    prompts: int = opt(64, "number of calibration windows")
+    tokens: int = opt(128, "tokens per window")
+    seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
+    positions: str = opt(
+        "all",
+        "where KL is measured: all positions (default) or the last "
+        "(the paper's GPT-2/Pythia setting)",
+    )
+    batch_size: int = opt(8, "windows per forward pass")
+    adaptive: str = opt(
+        "auto",
+        "score in tranches until the selection is stable: on, off, or "
+        "auto (on for --protocol auto)",
+    )
+    target_frequency: float = opt(
+        0.9, "adaptive: stop when the chosen set comes out in this share of bootstrap resamples"
+    )
+    tranche: int = opt(16, "adaptive: windows added per round")
+    max_prompts: int = opt(128, "adaptive: never probe more windows than this")
+
+    def check(self) -> None:
+        choice("adaptive", self.adaptive, ("auto", "on", "off"))
+        if self.adaptive != "off":
+            self.adaptive_settings().check()
+        choice("positions", self.positions, POSITIONS)
+        positive("prompts", self.prompts)
+        positive("tokens", self.tokens, 2)
+        positive("seed", self.seed, 0)
+        positive("batch_size", self.batch_size)
+        check_text_file("calib", self.calib)
+
+    def adaptive_settings(self):
+        """The :class:`~swapprune.select.adaptive.AdaptiveSettings` of these fields."""
+        from swapprune.select.adaptive import AdaptiveSettings
+
+        return AdaptiveSettings(
+            target=self.target_frequency,
+            tranche=self.tranche,
+            max_windows=self.max_prompts,
+            seed=self.seed,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.prompts} windows x {self.tokens} tokens of {self.calib or 'wikitext2-valid'}"
+            f", seed {self.seed}, {self.positions} positions"
+        )
+
+
+@dataclass
+class ScoreConfig:
+    """Measure the swap-KL probes once and keep them (``scores.json``)."""
+
+    probes: list[str] = opt(
+        help="probes: replacement, interchange, deletion",
+        factory=lambda: ["replacement", "interchange"],
+    )
+    pairs: str = opt("adjacent", "pairs to probe: adjacent, all, gap:K or 3-4,7-9")
+    bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
+    cache_gb: float = opt(4.0, "memory for cached hidden states, GB")
+    output: str | None = opt(None, "scores JSON to write (resumed if it exists)", flag="--output")
+
+    def check(self) -> None:
+        if not self.probes:
+            raise SwappruneError("give at least one probe: replacement, interchange, deletion")
+        for p in self.probes:
+            choice("probe", p, PROBES)
+        positive("bootstrap", self.bootstrap)
+        if not self.cache_gb > 0:
+            raise SwappruneError(f"cache_gb must be > 0, got {self.cache_gb}")
+        if self.output is not None:
+            from swapprune.output.artifacts import check_output_file
+
+            check_output_file(self.output, "--output")
+
+
+@dataclass
+class HealConfig:
+    """LoRA healing, merged back into the weights."""
+
+    rank: int = opt(16, "LoRA rank r")
+    alpha: float = opt(32.0, "LoRA alpha (scale = alpha / rank)")
+    dropout: float = opt(0.05, "dropout on the LoRA input, in [0, 1)")
+    target_modules: list[str] | None = opt(
+        None,
+        "module names to adapt (peft suffix match, e.g. "
+        "[q_proj, v_proj]); default: every linear "
+        "projection inside the decoder blocks",
+    )
+    near_cuts: bool = opt(False, "adapt only the kept blocks next to a removed/merged block")
+    steps: int = opt(200, "optimizer steps")
+    lr: float = opt(2e-4, "peak learning rate (linear warmup, linear decay)")
+    batch_size: int = opt(4, "windows per step")
+    calib: str | None = opt(
+        "wikitext2-valid",
+        "training text: wikitext2-valid (vendored), a .txt file or a .jsonl prompt set",
+    )
+    prompts: int = opt(256, "training windows")
+    tokens: int = opt(256, "tokens per window")
+    heldout: int = opt(
+        16, "further windows of the same text, never trained on: held-out perplexity"
+    )
+    seed: int = opt(0, "window pick, batch order and LoRA init seed")
+    distill: float = opt(
+        0.0,
+        "weight of the KL(teacher || student) loss against the unpruned "
+        "model, in [0, 1]; > 0 keeps a copy of the unpruned model",
+    )
+    gradient_checkpointing: bool = opt(False, "trade compute for activation memory")
+
+    def check(self) -> None:
+        if self.calib in NO_TEXT:
+            raise SwappruneError(
+                "heal needs calibration text: set heal.calib to wikitext2-valid (default), "
+                "a .txt file or a .jsonl prompt set"
+            )
+        for name in ("rank", "steps", "batch_size", "prompts", "heldout"):
+            positive(f"heal.{name}", getattr(self, name))
+        positive("heal.tokens", self.tokens, 8)
+        positive("heal.seed", self.seed, 0)
+        if not 0 <= self.dropout < 1:
+            raise SwappruneError(f"heal.dropout must be in [0, 1), got {self.dropout}")
+        if not 0 <= self.distill <= 1:
+            raise SwappruneError(f"heal.distill must be in [0, 1], got {self.distill}")
+        if not self.lr > 0 or not self.alpha > 0:
+            raise SwappruneError("heal.lr and heal.alpha must be > 0")
+        check_text_file("heal.calib", self.calib)
+
+
+@dataclass
+class QuantizeConfig:
+    """Weight-only quantization with optimum-quanto."""
+
+    scheme: str = opt("int8", "weight format: " + ", ".join(SCHEMES))
+    include: list[str] | None = opt(
+        None, "fnmatch patterns of module names to quantize (default: every linear layer)"
+    )
+    exclude: list[str] = opt(
+        help="fnmatch patterns of module names left in float (default keeps "
+        "the LM head, often tied to the embeddings)",
+        factory=lambda: ["lm_head"],
+    )
+    selfcheck: bool = opt(True, "reload the saved model and compare logits before keeping it")
+
+    def check(self) -> None:
+        import importlib.util
+
+        choice("quantization scheme", self.scheme, SCHEMES)
+        if importlib.util.find_spec("optimum.quanto") is None:
+            raise SwappruneError("quantization needs optimum-quanto: pip install optimum-quanto")
+
+
+@dataclass
+class EvalConfig:
+    """lm-eval tasks on the in-memory model at each point of the run."""
+
+    tasks: list[str] = opt(
+        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract",
+        factory=lambda: ["wikitext2_ppl"],
+    )
+    limit: int | None = opt(None, "examples / perplexity windows per task (quick checks only)")
+    words: int = opt(
+        contract.WORDS, f"words of WikiText-2 test for wikitext2_ppl (contract: {contract.WORDS})"
+    )
+    max_length: int = opt(
+        contract.MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
+    )
+    batch_size: int = opt(8, "sequences per forward pass")
+    bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
+    at: list[str] | None = opt(
+        None,
+        "points to evaluate: base, pruned, healed, quantized (default: every one that runs)",
+        cli=False,
+    )
+    output: str | None = opt(None, "eval JSON to write", flag="--output")
+
+    def check(self) -> None:
+        from swapprune.evaluation.names import resolve_tasks
+
+        self.tasks = resolve_tasks(self.tasks)
+        for p in self.at or ():
+            choice("eval.at entry", p, POINTS)
+        positive("words", self.words)
+        positive("max_length", self.max_length, 2)
+        positive("eval batch_size", self.batch_size)
+        positive("limit", self.limit)
+        positive("bootstrap", self.bootstrap)
+        if self.output is not None:
+            from swapprune.output.artifacts import check_output_file
+
+            check_output_file(self.output, "--output")
+
+
+@dataclass
+class CostConfig:
+    """What the cut cost: base vs pruned WikiText-2 perplexity, measured after selection."""
+
+    windows: int | None = opt(
+        8, "windows of the matched contract to score (the first N; 0: all of them)"
+    )
+    threshold: float = opt(0.5, "warn when dPPL exceeds this (0.5 = +50%)")
+
+    def check(self) -> None:
+        if self.windows is not None and self.windows != 0 and self.windows < 2:
+            raise SwappruneError(f"cost windows must be 0 (all) or >= 2, got {self.windows}")
+        if not self.threshold > 0:
+            raise SwappruneError(f"cost threshold must be > 0, got {self.threshold}")
+
+
+@dataclass
+class ExportConfig:
+    """Where the checkpoint (or run directory) goes."""
+
+    output: str = opt(
+        help="directory to write: a checkpoint that loads with from_pretrained",
+        flag="--output",
+    )
+    save_dtype: str | None = opt(None, "dtype of the saved weights (default: as loaded)")
+    overwrite: bool = opt(False, "replace an output directory that swapprune wrote earlier")
+    selfcheck: bool = opt(True, "reload + logits + cached-generation check before the rename")
+
+    def check(self, protect: tuple[str, ...] = ()) -> None:
+        from swapprune.output.artifacts import check_output_dir
+
+        choice("save_dtype", self.save_dtype, DTYPES)
+        check_output_dir(self.output, self.overwrite, protect=protect)

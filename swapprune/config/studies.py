@@ -1,0 +1,109 @@
+"""Settings of the studies over many runs: ``swapprune compare`` and ``swapprune validate``.
+
+Each study is a :class:`~swapprune.config.run.RunConfig` (model, calibration,
+probes, evaluation) plus one of these sections; both go through the run's own
+stage functions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from swapprune.config.fields import opt, positive
+from swapprune.errors import SwappruneError
+
+#: Criteria ``swapprune validate`` checks unless told otherwise.
+VALIDITY_CRITERIA = (
+    "interchange",
+    "replacement",
+    "deletion",
+    "bi",
+    "angular",
+    "angular-tokens",
+    "sleb",
+    "sleb-kl",
+    "taylor",
+    "random",
+)
+
+
+@dataclass(kw_only=True)
+class CompareConfig:
+    """``swapprune compare``: the cost of each criterion at each budget, with paired verdicts."""
+
+    budgets: list[int] = opt(help="budgets to compare", factory=lambda: [1, 3, 5])
+    criteria: list[str] = opt(
+        help="criteria to compare (swapprune list), e.g. interchange,replacement,bi,sleb,random",
+        factory=lambda: ["interchange", "replacement"],
+    )
+    strategy: str | None = opt(
+        None, "selection strategy for every criterion (default: each criterion's own)"
+    )
+    random_seeds: list[int] = opt(
+        help="seeds of the random baseline", factory=lambda: list(range(10))
+    )
+    pairs: str = opt("adjacent", "pairs to probe")
+    scores: str | None = opt(None, "reuse a scores.json instead of probing")
+    output: str = opt(
+        help="directory for results.json, results.md, plots and cache (a rerun reuses its cache)",
+        flag="--output",
+    )
+
+    def check(self) -> None:
+        from swapprune.config.select import SelectConfig
+        from swapprune.output.artifacts import check_name, check_output_dir, written_by_swapprune
+
+        if not self.budgets or min(self.budgets) < 1:
+            raise SwappruneError("budgets must be positive integers, e.g. 1,3,5")
+        if not self.criteria:
+            raise SwappruneError("give at least one criterion to compare")
+        if "random" in self.criteria and not self.random_seeds:
+            raise SwappruneError("the random baseline needs at least one seed")
+        for c in self.criteria:
+            SelectConfig(budget=1, protocol=c, strategy=self.strategy).check()
+        if self.scores is not None and not Path(self.scores).is_file():
+            raise SwappruneError(f"scores file {self.scores} not found")
+        out = Path(self.output)
+        check_name(out)
+        if out.is_dir() and any(out.iterdir()):
+            # An earlier comparison is resumed (its cache is reused); anything else is refused.
+            if not ((out / "cache").is_dir() or written_by_swapprune(out)):
+                raise SwappruneError(
+                    f"output directory {out} is not empty and holds no comparison; choose another"
+                )
+            if not os.access(out, os.W_OK | os.X_OK):
+                raise SwappruneError(f"output directory {out} is not writable")
+        else:
+            check_output_dir(self.output)
+
+
+@dataclass(kw_only=True)
+class ValidateConfig:
+    """``swapprune validate``: does each criterion predict the real cost of deleting a block?"""
+
+    criteria: list[str] = opt(
+        help="criteria to check (swapprune list)", factory=lambda: list(VALIDITY_CRITERIA)
+    )
+    bootstrap: int = opt(1000, "bootstrap resamples")
+    target: str = opt(
+        "wikitext2-test",
+        "text the deletion cost is measured on: wikitext2-test (held out from the criteria's "
+        "calibration text), 'calibration' (the same windows: SLEB then scores 1 by "
+        "construction), or a .txt file",
+    )
+    output: str = opt(help="directory for validity.json/.md/.png", flag="--output")
+
+    def check(self) -> None:
+        from swapprune.output.artifacts import check_output_dir
+        from swapprune.select import criteria
+
+        positive("bootstrap", self.bootstrap)
+        if not self.criteria:
+            raise SwappruneError("give at least one criterion to validate")
+        for name in self.criteria:
+            criteria.get(name)
+        if self.target not in ("wikitext2-test", "calibration") and not Path(self.target).is_file():
+            raise SwappruneError(f"--target file {self.target} not found")
+        check_output_dir(self.output)

@@ -1,0 +1,1 @@
+"""What is done to a model: surgery, merging, healing, quantization."""

@@ -1,0 +1,1 @@
+"""Models: loading, the GGUF cache, architecture knowledge, fingerprints."""

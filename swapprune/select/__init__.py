@@ -1,0 +1,71 @@
+"""Selection: which blocks to remove or merge, and how much the choice can be trusted.
+
+:func:`select` is the one entry point. The CLI, recipes, ``swapprune.prune``,
+``compare`` and the llm-compressor modifier all build a
+:class:`~swapprune.select.spec.SelectionSpec` from the same configuration and
+call it. Below it, in the order data flows:
+
+* :mod:`~swapprune.select.criteria`: per-block importance (lower = more removable);
+* :mod:`~swapprune.select.strategies` and :mod:`~swapprune.select.search`: importance
+  -> a removal set (pure; model queries arrive as callables);
+* :mod:`~swapprune.select.core`: the fixed selection (probe, rank, choose);
+* :mod:`~swapprune.select.stability`, :mod:`~swapprune.select.adaptive`,
+  :mod:`~swapprune.select.regime`: the bootstrap of a selection, probing in
+  tranches, the paper's regime call;
+* :mod:`~swapprune.select.auto`: the ``auto`` policy, which drives the others.
+
+Nothing below :func:`select` imports :mod:`~swapprune.select.auto`. Importing this
+package registers every criterion and strategy (it imports the modules that
+define them); it imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from swapprune.select import criteria, search, strategies  # noqa: F401 (registers the names)
+
+if TYPE_CHECKING:
+    from swapprune.plan import PrunePlan
+    from swapprune.select.spec import SelectionSpec
+
+
+def select(
+    model,
+    spec: SelectionSpec,
+    calibration=None,
+    scores=None,
+    *,
+    model_id: str = "",
+    progress: bool = True,
+) -> tuple[PrunePlan, Any]:
+    """Choose the blocks ``spec`` asks for; returns ``(plan, scores)``. Never edits ``model``.
+
+    Args:
+        model: causal LM.
+        spec: the checked request (:func:`swapprune.select.spec.build`).
+        calibration: the windows to probe and query on (for the ``adaptive`` and
+            ``auto`` policies with tranches: the whole pool).
+        scores: probe scores to reuse (``--scores``, a ``score`` stage, ``compare``'s
+            shared probes); no tranches are then probed.
+        model_id: recorded in the plan and the scores.
+        progress: progress bars while probing.
+    """
+    if spec.policy == "auto":
+        from swapprune.select.auto import select_auto
+
+        return select_auto(model, spec, calibration, scores, model_id=model_id, progress=progress)
+    record = None
+    if spec.policy == "adaptive" and scores is None:
+        from swapprune.select.adaptive import adaptive_score
+
+        result = adaptive_score(model, spec, calibration, model_id=model_id)
+        scores, record = result.scores, result.to_dict()
+    from swapprune.select.core import select_fixed
+
+    plan, scores = select_fixed(
+        model, spec, calibration, scores, model_id=model_id, progress=progress
+    )
+    if record is not None:
+        plan.scores["adaptive"] = record
+    return plan, scores

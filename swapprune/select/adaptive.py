@@ -1,0 +1,348 @@
+"""Adaptive calibration: score in tranches of windows until the selection is stable.
+
+The paper's prompt-budget check (rank on a tranche, add an equal tranche,
+re-rank; if the top moves, add more) made into a loop:
+
+1. probe every pair on the first tranche of windows;
+2. bootstrap the selection (:mod:`swapprune.select.stability`); stop when the chosen
+   set's frequency reaches ``target`` for every criterion asked, or when the
+   next tranche would exceed ``max_windows``;
+3. otherwise probe the next tranche, but only on pairs that can still change
+   the selection, and go to 2.
+
+A pair *can still change the selection* when moving its distance to either end
+of its 95% bootstrap CI, all other pairs held at their point values, changes
+the selected set. A pair whose CI is clear of the selection boundary fails
+that test and gets no more windows. Interactions between pairs escape a
+one-at-a-time test, so when the selection is unstable and no pair passes it,
+the pairs that touch a block still in play (inclusion probability between
+``IN_PLAY`` and ``1 - IN_PLAY``) are probed instead.
+
+Windows a pair did not get are ``nan`` in the resulting
+:class:`~swapprune.engine.scores.ScoreResult`; its means and bootstraps skip
+them. The decision logic (:func:`tranches`) takes a ``measure`` callable, so
+it is tested without a model; :func:`adaptive_score` supplies one built on
+:func:`swapprune.engine.scoring.score`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from swapprune.errors import SwappruneError
+from swapprune.select.decisive import decisive_pairs
+from swapprune.select.stability import Stability, selection_stability
+from swapprune.select.strategies import Constraints
+from swapprune.stats.bootstrap import resample_indices
+
+if TYPE_CHECKING:
+    from swapprune.engine.scores import ScoreResult
+    from swapprune.select.criteria import Criterion
+    from swapprune.select.spec import SelectionSpec
+    from swapprune.select.strategies import Strategy
+
+IN_PLAY = 0.02
+PAIR_PROTOCOLS = ("replacement", "interchange")
+
+Pair = tuple[int, int]
+# (pairs, window rows into the pool) -> {pair: {"repl_ij"|"repl_ji"|"inter": kl[len(rows)]}}
+Measure = Callable[[list[Pair], np.ndarray], dict[Pair, dict[str, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """How adaptive calibration spends windows.
+
+    Attributes:
+        target: stop when the chosen set's bootstrap frequency is at least this.
+        tranche: windows added per round (the first round probes every pair).
+        max_windows: never probe more windows than this.
+        n_boot: bootstrap resamples per round.
+        seed: seed of the window order and of the bootstrap.
+    """
+
+    target: float
+    tranche: int
+    max_windows: int
+    n_boot: int = 1000
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise a one-line :class:`SwappruneError` for settings that cannot work."""
+        if not 0 < self.target <= 1:
+            raise SwappruneError(f"stability target must be in (0, 1], got {self.target}")
+        if self.tranche < 2:
+            raise SwappruneError(f"a tranche needs at least 2 windows, got {self.tranche}")
+        if self.max_windows < self.tranche:
+            raise SwappruneError(
+                f"maximum of {self.max_windows} windows is smaller than one tranche of "
+                f"{self.tranche}; raise the maximum or lower the tranche"
+            )
+        if self.n_boot < 10:
+            raise SwappruneError(f"need at least 10 bootstrap resamples, got {self.n_boot}")
+
+
+@dataclass
+class AdaptiveResult:
+    """Scores from adaptive calibration and how they were reached.
+
+    Attributes:
+        scores: the :class:`~swapprune.engine.scores.ScoreResult` (``nan`` where a
+            pair was not probed).
+        stability: criterion name -> :class:`~swapprune.select.stability.Stability` at the end.
+        rounds: one record per tranche (windows, pairs probed, frequencies).
+        stopped: ``"stable"`` or ``"max windows"``.
+        pair_windows: (pair, window) probes made; a fixed run makes pairs x windows.
+        block_evals: decoder-block evaluations (from the runner's counters).
+        seconds, cpu_seconds: wall and process CPU time of the loop.
+    """
+
+    scores: ScoreResult
+    stability: dict[str, Stability]
+    rounds: list[dict] = field(default_factory=list)
+    stopped: str = ""
+    pair_windows: int = 0
+    block_evals: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "stopped": self.stopped,
+            "windows": self.scores.num_windows(),
+            "pair_windows": self.pair_windows,
+            "block_evals": self.block_evals,
+            "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
+            "rounds": self.rounds,
+            "stability": {k: v.to_dict() for k, v in self.stability.items()},
+        }
+
+    def summary(self) -> str:
+        freqs = ", ".join(f"{k} {v.frequency:.0%}" for k, v in self.stability.items())
+        return (
+            f"adaptive calibration: {self.scores.num_windows()} windows in "
+            f"{len(self.rounds)} rounds, {self.pair_windows} pair-window probes; "
+            f"stopped ({self.stopped}): chosen-set frequency {freqs}"
+        )
+
+
+def tranches(
+    measure: Measure,
+    pairs: Sequence[Pair],
+    meta: dict,
+    criteria: Sequence[Criterion],
+    strategy: Strategy,
+    budget: int,
+    constraints: Constraints,
+    settings: AdaptiveSettings,
+    pool: int | None = None,
+    tiebreak=None,
+) -> AdaptiveResult:
+    """The adaptive loop on any ``measure`` (pure: no torch).
+
+    Args:
+        measure: probes ``pairs`` on window rows ``[k]`` of the pool; returns
+            per-window values (the keys of the protocols the criteria need).
+        pairs: the pairs to score (adjacent pairs for the swap criteria).
+        meta: ``ScoreResult.meta`` (``num_layers`` at least).
+        criteria: swap criteria whose selections must all be stable.
+        strategy: the selection strategy.
+        budget: blocks to remove.
+        constraints: protected blocks.
+        settings: target, tranche, maximum, bootstrap.
+        pool: windows available (default ``settings.max_windows``).
+        tiebreak: ``[L]`` key that breaks ties between equally removable blocks (the
+            residual norms the plan will use), held fixed across resamples; ``None``:
+            the lower index.
+
+    Returns:
+        An :class:`AdaptiveResult`.
+    """
+    from swapprune.engine.scores import ScoreResult
+
+    settings.check()
+    for crit in criteria:
+        if crit.name not in PAIR_PROTOCOLS:
+            raise SwappruneError(
+                f"adaptive calibration works with the swap criteria {PAIR_PROTOCOLS}, "
+                f"not '{crit.name}'"
+            )
+    crits, strat, cons = list(criteria), strategy, constraints
+    strat.check(budget, cons)
+    limit = min(settings.max_windows, pool or settings.max_windows)
+    if limit < settings.tranche:
+        raise SwappruneError(
+            f"only {limit} windows available, fewer than one tranche of {settings.tranche}"
+        )
+    order = np.random.default_rng(settings.seed).permutation(limit)
+    pairs = [cast(Pair, tuple(sorted(p))) for p in pairs]
+    values: dict[Pair, dict[str, np.ndarray]] = {}
+    rounds: list[dict] = []
+    stopped = ""
+    pair_windows = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    active: list[Pair] = list(pairs)
+    used = 0
+    while True:
+        rows = order[used : used + settings.tranche]
+        got = measure(active, rows) if active else {}
+        n_new = len(rows)
+        for p in pairs:
+            old = values.get(p)
+            new = got.get(p)
+            keys = list(new) if new is not None else list(old or {})
+            values[p] = {
+                k: np.concatenate(
+                    [
+                        old[k] if old is not None else np.full(used, np.nan),
+                        new[k] if new is not None else np.full(n_new, np.nan),
+                    ]
+                )
+                for k in keys
+            }
+        used += n_new
+        pair_windows += len(active) * n_new
+        scores = ScoreResult(
+            meta=dict(meta), pairs=dict(values), n_boot=settings.n_boot, seed=settings.seed
+        )
+        stab = {
+            c.name: selection_stability(
+                scores, c, strat, budget, cons, settings.n_boot, settings.seed, tiebreak=tiebreak
+            )
+            for c in crits
+        }
+        record = {
+            "windows": used,
+            "pairs_probed": len(active),
+            "frequency": {k: s.frequency for k, s in stab.items()},
+            "chosen": {k: s.chosen for k, s in stab.items()},
+        }
+        rounds.append(record)
+        if min(s.frequency for s in stab.values()) >= settings.target:
+            stopped = "stable"
+            break
+        if used + settings.tranche > limit:
+            stopped = "max windows"
+            break
+        idx = resample_indices(used, settings.n_boot, settings.seed)
+        decisive = decisive_pairs(scores, crits, strat, budget, cons, idx, tiebreak)
+        if not decisive:
+            play = {
+                b
+                for s in stab.values()
+                for b, p in enumerate(s.inclusion)
+                if IN_PLAY <= p <= 1 - IN_PLAY
+            }
+            decisive = {p for p in pairs if p[0] in play or p[1] in play} or set(pairs)
+        active = sorted(decisive)
+    result = AdaptiveResult(
+        scores=scores, stability=stab, rounds=rounds, stopped=stopped, pair_windows=pair_windows
+    )
+    result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu
+    scores.meta["adaptive"] = {
+        "target": settings.target,
+        "tranche": settings.tranche,
+        "max_windows": settings.max_windows,
+        "stopped": result.stopped,
+        "window_order_seed": settings.seed,
+        "pair_windows": result.pair_windows,
+        "rounds": result.rounds,
+    }
+    return result
+
+
+def adaptive_score(
+    model,
+    spec: SelectionSpec,
+    pool,
+    criteria: Sequence[Criterion] | None = None,
+    model_id: str = "",
+) -> AdaptiveResult:
+    """Score ``model``'s adjacent pairs adaptively on a window ``pool`` (see the module docstring).
+
+    Args:
+        model: causal LM (left unmodified).
+        spec: the selection (budget, strategy, constraints, positions, batch size and
+            ``spec.adaptive``, the tranche settings).
+        pool: the window pool (:class:`~swapprune.calibration.windows.Calibration`),
+            at least one tranche.
+        criteria: swap criteria whose selections must settle (default: the spec's;
+            ``auto`` asks for both).
+        model_id: recorded in the scores.
+    """
+    import torch
+
+    from swapprune.calibration.windows import Calibration
+    from swapprune.engine.scoring import score
+
+    settings = spec.adaptive
+    if settings is None:
+        raise SwappruneError("adaptive calibration needs tranche settings")
+    crits = list(criteria or (spec.criterion,))
+    L = spec.num_layers
+    ids = pool.input_ids
+    protocols = sorted({c.name for c in crits})
+    counter = {"block_evals": 0}
+    meta_box: dict = {}
+
+    def measure(pairs: list[Pair], rows: np.ndarray) -> dict:
+        sub = Calibration(ids[torch.as_tensor(rows)], pool.source, pool.seed)
+        res = score(
+            model,
+            calibration=sub,
+            protocols=protocols,
+            pairs=pairs,
+            positions=spec.positions,
+            batch_size=spec.batch_size,
+            model_id=model_id,
+            progress=False,
+            n_boot=10,
+        )
+        counter["block_evals"] += res.meta["timing"]["block_evals"]
+        meta_box.setdefault("meta", res.meta)
+        return res.pairs
+
+    pairs = [(i, i + 1) for i in range(L - 1)]
+    tiebreak = None
+    if any(c.tiebreak == "residual" for c in crits):
+        # The plan breaks ties by the residual update measured on this pool; the stopping
+        # rule must judge the selection the plan will actually make.
+        from swapprune.engine.oracle import residual_norms
+
+        tiebreak = residual_norms(model, ids, spec.batch_size)
+        counter["block_evals"] += L * -(-ids.shape[0] // spec.batch_size)
+    result = tranches(
+        measure,
+        pairs,
+        {"num_layers": L, "positions": spec.positions},
+        crits,
+        spec.strategy,
+        spec.budget,
+        spec.constraints,
+        settings,
+        pool=ids.shape[0],
+        tiebreak=tiebreak,
+    )
+    used = np.random.default_rng(settings.seed).permutation(
+        min(settings.max_windows, ids.shape[0])
+    )[: result.scores.num_windows()]
+    result.block_evals = counter["block_evals"]
+    probed = {k: v for k, v in meta_box["meta"].items() if k != "timing"}
+    result.scores.meta = {**probed, **result.scores.meta}
+    result.scores.meta["calibration"] = {
+        **Calibration(ids[torch.as_tensor(used)], pool.source, pool.seed).describe(),
+        "pool": pool.describe(),
+    }
+    result.scores.meta["timing"] = {
+        "seconds": result.seconds,
+        "block_evals": result.block_evals,
+        "pair_windows": result.pair_windows,
+    }
+    return result

@@ -1,0 +1,236 @@
+"""``--protocol auto``: measure both swap protocols, call the regime, act on it.
+
+The paper's decision rule (:mod:`swapprune.select.regime`) turned into an action:
+
+=============  ==============================================================
+regime         action
+=============  ==============================================================
+divergent      interchange-guided selection (the criterion's own strategy)
+tie-like       either protocol: interchange-guided, and the record says they
+               tie and whether the two protocols' selections agree
+both-high      swap scores alone are weak: shortlist the most removable blocks
+               of *both* protocols, then verify on the pruned model itself with
+               a beam over the shortlist, scored by calibration perplexity (or
+               KL) of the actual pruned model, with a cap on oracle calls
+=============  ==============================================================
+
+Default shortlist: the ``max(SHORTLIST, budget + 2)`` most removable blocks of
+each protocol, merged. Default cap on oracle calls: half of what SLEB-iterative
+spends at the same budget (``n C - n (n - 1) / 2`` calls for ``C`` candidate
+blocks), so the verified selection stays cheaper than the baseline it has to
+beat. The beam allows adjacent removals (the oracle judges the joint set).
+
+Everything the decision rests on goes into ``plan.scores["auto"]`` (and from
+there into ``plan.json`` and the model card): the regime and its numbers, the
+action, both selections and their bootstrap stability, the shortlist, and the
+oracle calls spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from swapprune.errors import SwappruneError
+from swapprune.select import criteria as criteria_mod
+from swapprune.select.regime import regime_of, summary_line
+from swapprune.select.search import beam_over
+from swapprune.select.spec import AUTO
+from swapprune.select.strategies import Constraints
+
+if TYPE_CHECKING:
+    from swapprune.select.spec import SelectionSpec
+
+SHORTLIST = 6
+WIDTH = 3
+ACTIONS = {
+    "divergent": "interchange-guided selection",
+    "tie-like": "either protocol (they tie): interchange-guided selection",
+    "both-high": "verify on the pruned model: beam over the shortlist of both protocols",
+}
+
+
+def sleb_calls(budget: int, candidates: int) -> int:
+    """Oracle calls SLEB-iterative makes: every remaining candidate, once per removal."""
+    return budget * candidates - budget * (budget - 1) // 2
+
+
+def default_cap(budget: int, cons: Constraints) -> int:
+    return max(1, sleb_calls(budget, len(cons.candidates())) // 2)
+
+
+def shortlist(
+    importances: Sequence[np.ndarray], budget: int, cons: Constraints, size: int | None = None
+) -> list[int]:
+    """The ``size`` most removable candidates of each importance vector, merged (sorted)."""
+    k = size or max(SHORTLIST, budget + 2)
+    out: set[int] = set()
+    for imp in importances:
+        out |= set(sorted(cons.candidates(), key=lambda b: (float(imp[b]), b))[:k])
+    return sorted(out)
+
+
+def select_auto(
+    model,
+    spec: SelectionSpec,
+    calibration=None,
+    scores=None,
+    *,
+    model_id: str = "",
+    progress: bool = True,
+    shortlist_size: int | None = None,
+    width: int = WIDTH,
+    max_calls: int | None = None,
+):
+    """Select with ``--protocol auto``; returns ``(plan, scores)``.
+
+    Args:
+        model: the model (never modified).
+        spec: the checked request (``policy == "auto"``); with ``spec.adaptive`` both
+            protocols are probed in tranches of ``calibration`` (the pool).
+        calibration: windows to probe and verify on.
+        scores: scores with both swap protocols to reuse instead of probing.
+        shortlist_size, width, max_calls: the both-high verification (defaults: see
+            the module docstring; ``spec.max_oracle_calls`` caps it too).
+
+    Returns:
+        The plan (``plan.scores["auto"]`` holds the decision record) and the scores.
+    """
+    from swapprune.select.core import select_fixed
+    from swapprune.select.stability import plan_stability
+
+    needs = ("replacement", "interchange")
+    if scores is not None and not all(p in scores.protocols() for p in needs):
+        raise SwappruneError("--protocol auto needs scores with replacement and interchange")
+    if width < 1 or (max_calls is not None and max_calls < 1):
+        raise SwappruneError("auto verification needs width >= 1 and max_calls >= 1")
+    if calibration is None and scores is None:
+        raise SwappruneError("--protocol auto needs calibration windows or scores")
+    adaptive_record = None
+    if scores is None:
+        if spec.adaptive is not None:
+            from swapprune.select.adaptive import adaptive_score
+
+            crits = [criteria_mod.get(p) for p in needs]
+            res = adaptive_score(model, spec, calibration, crits, model_id)
+            scores, adaptive_record = res.scores, res.to_dict()
+            adaptive_record.pop("stability")
+        else:
+            from swapprune.engine.scoring import score
+
+            scores = score(
+                model,
+                calibration=calibration,
+                protocols=needs,
+                pairs="adjacent",
+                positions=spec.positions,
+                batch_size=spec.batch_size,
+                model_id=model_id,
+                progress=progress,
+                seed=spec.seed,
+            )
+    reg = regime_of(scores, n_boot=spec.n_boot, seed=spec.seed)
+    if reg is None:
+        raise SwappruneError("--protocol auto needs adjacent pairs scored with both protocols")
+    plans = {}
+    for proto in needs:
+        plans[proto], _ = select_fixed(
+            model,
+            spec.for_criterion(proto),
+            calibration,
+            scores,
+            model_id=model_id,
+            progress=progress,
+        )
+    cons = spec.constraints
+    stab = {p: plan_stability(plans[p], scores, cons, spec.n_boot, spec.seed) for p in needs}
+    selections = {p: list(plans[p].removed) for p in needs}
+    decision: dict = {
+        "regime": reg,
+        "action": ACTIONS[reg["call"]],
+        "selections": selections,
+        "agree": selections["interchange"] == selections["replacement"],
+        "stability": {p: s.to_dict() for p, s in stab.items() if s is not None},
+        "oracle_calls": 0,
+        "windows": scores.num_windows(),
+        "adaptive": adaptive_record,
+    }
+    if reg["call"] != "both-high":
+        plan = plans["interchange"]
+    else:
+        if calibration is None:
+            raise SwappruneError("auto verification needs calibration windows")
+        plan = _verify(
+            model, spec, scores, calibration, shortlist_size, width, max_calls, decision, model_id
+        )
+    decision["chosen"] = list(plan.removed)
+    plan.protocol = AUTO
+    plan.scores["auto"] = decision
+    return plan, scores
+
+
+def _verify(model, spec, scores, calibration, shortlist_size, width, max_calls, decision, model_id):
+    """The both-high action: a beam over both protocols' shortlist, on the pruned model."""
+    from swapprune.engine.oracle import CalibrationOracle
+    from swapprune.plan import PrunePlan
+
+    cons = spec.constraints
+    L = cons.num_layers
+    ctx = criteria_mod.Context(num_layers=L, scores=scores, seed=spec.seed)
+    imps = [criteria_mod.get(p).importance(ctx) for p in ("interchange", "replacement")]
+    short = shortlist(imps, spec.budget, cons, shortlist_size)
+    # most removable first (by the better of the two ranks), for completion after a cap
+    rank = {
+        b: min(
+            sorted(cons.candidates(), key=lambda c, i=imp: (float(i[c]), c)).index(b)
+            for imp in imps
+        )
+        for b in short
+    }
+    short = sorted(short, key=lambda b: (rank[b], b))
+    cap = max_calls or min(default_cap(spec.budget, cons), spec.max_oracle_calls)
+    oracle = CalibrationOracle(model, calibration.input_ids, spec.batch_size, spec.oracle_metric)
+    chosen, notes = beam_over(short, spec.budget, oracle.cost, width, cap)
+    base = oracle.cost([])
+    decision.update(
+        {
+            "shortlist": sorted(short),
+            "oracle_calls": oracle.calls,
+            "oracle_metric": oracle.metric,
+            "beam": notes,
+            "base_cost": base,
+            "sleb_iterative_calls": sleb_calls(spec.budget, len(cons.candidates())),
+            "oracle_windows": list(calibration.input_ids.shape),
+        }
+    )
+    return PrunePlan.from_removal(
+        L,
+        chosen,
+        budget=spec.budget,
+        protocol=AUTO,
+        strategy=f"auto-verify:beam:{width}",
+        model=model_id or "",
+        scores={"importance": [float(x) for x in imps[0]]},
+    )
+
+
+def decision_lines(decision: dict) -> list[str]:
+    """What the run summary prints for an ``auto`` selection."""
+    lines = [summary_line(decision["regime"]), f"action: {decision['action']}"]
+    sel = decision["selections"]
+    if decision["regime"]["call"] == "tie-like":
+        lines.append(
+            f"the protocols tie: interchange {sel['interchange']}, replacement "
+            f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)"
+        )
+    if decision["regime"]["call"] == "both-high":
+        b = decision["beam"]
+        lines.append(
+            f"verified {decision['chosen']} from shortlist {decision['shortlist']} with "
+            f"{decision['oracle_calls']} oracle calls (cap {b['cap']}"
+            f"{', reached' if b['capped'] else ''}; SLEB-iterative would use "
+            f"{decision['sleb_iterative_calls']})"
+        )
+    return lines

@@ -1,0 +1,1 @@
+"""Statistics: bootstrap resampling, intervals and paired tests (pure numpy)."""

@@ -1,0 +1,1 @@
+"""Studies over many runs: compare (with its report and plots) and predictor validity."""

@@ -1,0 +1,309 @@
+"""``swapprune compare``: what each criterion costs at each budget, with a verdict.
+
+A loop over configurations: for every criterion and budget, the run's
+configuration with that ``prune`` section goes through the pipeline's own
+stages (:func:`swapprune.stages.select`), on one loaded model, one
+calibration and one set of probe scores. The unpruned model is evaluated once
+and every pruned variant in memory (a removal is a zero-copy view of the
+model's own blocks); every two methods are paired with a bootstrap over the
+same windows / documents / examples. Evaluations and selections are cached
+under ``DIR/cache`` by content (written atomically, and a corrupt entry is
+recomputed), so a rerun or an added method redoes nothing already done.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from swapprune.config import CalibrationConfig, CompareConfig, EvalConfig, RunConfig, SelectConfig
+from swapprune.errors import SwappruneError
+
+
+@dataclass
+class CompareJob:
+    """One comparison: the shared run settings and the comparison's own.
+
+    Attributes:
+        run: model, calibration, probes (``score``) and evaluation (``eval``) settings.
+        compare: budgets, criteria, strategy, random seeds, output directory.
+    """
+
+    run: RunConfig
+    compare: CompareConfig
+
+    # Read by the report (contract section).
+    @property
+    def limit(self):
+        return self.eval.limit
+
+    @property
+    def words(self):
+        return self.eval.words
+
+    @property
+    def max_length(self):
+        return self.eval.max_length
+
+    @property
+    def calib(self) -> CalibrationConfig:
+        return self.run.calibration
+
+    @property
+    def strategy(self):
+        return self.compare.strategy
+
+    @property
+    def eval(self) -> EvalConfig:
+        assert self.run.eval is not None
+        return self.run.eval
+
+    def check(self) -> CompareJob:
+        self.run.check(study=True)
+        self.compare.check()
+        return self
+
+
+def _key(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _method_runs(job: CompareJob) -> list[tuple[str, str, int]]:
+    """``(label, criterion, seed)`` for every method; ``random`` expands over its seeds."""
+    runs = []
+    for m in job.compare.criteria:
+        if m == "random":
+            runs += [(f"random:{s}", "random", s) for s in job.compare.random_seeds]
+        else:
+            runs.append((m, m, job.calib.seed))
+    return runs
+
+
+def method_config(job: CompareJob, criterion: str, seed: int, budget: int) -> RunConfig:
+    """The run configuration of one cell: the shared settings with this ``prune`` section."""
+    prune = SelectConfig(budget=budget, protocol=criterion, strategy=job.compare.strategy)
+    calibration = dataclasses.replace(job.run.calibration, seed=seed)
+    return dataclasses.replace(job.run, calibration=calibration, prune=prune)
+
+
+@contextmanager
+def variant(model, plan):
+    """The pruned model of ``plan``, in memory: a view for removals, a copy for merges."""
+    if plan.op == "remove":
+        from swapprune.edit.surgery import pruned_view
+
+        with pruned_view(model, plan.kept) as view:
+            yield view
+    else:
+        from swapprune.edit.surgery import apply_plan
+
+        yield apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
+
+
+def _cached(path: Path, read):
+    """The cached entry at ``path``, or ``None`` when it is missing or unreadable."""
+    if not path.exists():
+        return None
+    try:
+        return read(path)
+    except (OSError, ValueError, KeyError, TypeError, SwappruneError):
+        path.unlink(missing_ok=True)  # a truncated or foreign entry is recomputed
+        return None
+
+
+def run_compare(job: CompareJob, progress: bool = True) -> dict:
+    """Run the comparison and write ``results.json``, ``results.md`` and plots into the output."""
+    from tqdm.auto import tqdm
+
+    from swapprune import stages
+    from swapprune.engine.oracle import shared_oracles
+    from swapprune.evaluation import EvalResult, evaluate
+    from swapprune.output.artifacts import locked, provenance, write_json_atomic, write_text_atomic
+    from swapprune.plan import PrunePlan
+
+    job.compare.check()
+    checked = stages.check(job.run, study=True)
+    tasks = job.eval.tasks
+    runs = _method_runs(job)
+    # Every cell's request is checked once, before the weights load when the facts allow.
+    specs = cell_specs(job, runs, checked.facts) if checked.facts is not None else None
+    out = Path(job.compare.output)
+    cache = out / "cache"
+
+    loaded = stages.load(job.run, checked, progress)
+    L = loaded.facts.num_layers
+    if specs is None or checked.facts.num_layers != L:
+        specs = cell_specs(job, runs, loaded.facts)
+    model, tok, src = loaded.model, loaded.tokenizer, loaded.source
+    calibration = stages.calibrate(job.run, loaded)
+    probes = sorted(
+        {p for spec in specs.values() for p in spec.probes} | {"replacement", "interchange"}
+    )
+    t0 = time.perf_counter()
+    cache.mkdir(parents=True, exist_ok=True)
+    if job.compare.scores:
+        scores = stages.reuse_scores(job.compare.scores, loaded)
+    else:
+        score_cfg = dataclasses.replace(
+            job.run,
+            score=dataclasses.replace(
+                job.run.score or _default_score(),
+                probes=probes,
+                pairs=job.compare.pairs,
+                output=str(out / "scores.json"),
+            ),
+        )
+        scores = stages.score(score_cfg, loaded, calibration, progress)
+    score_s = time.perf_counter() - t0
+    eval_cfg = {
+        "model": src.id,
+        "tasks": tasks,
+        "limit": job.limit,
+        "words": job.words,
+        "max_length": job.max_length,
+        "dtype": str(next(model.parameters()).dtype),
+    }
+
+    def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
+        f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
+        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        if hit is not None:
+            return hit, 0.0
+        # Comparisons that share a cache (several calibration seeds, say) evaluate each
+        # model once: a second process waits for the first and reads its result.
+        with locked(f.with_name(f.name + ".lock")):
+            return _evaluate_into(f, m)
+
+    def _evaluate_into(f: Path, m) -> tuple[EvalResult, float]:
+        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        if hit is not None:
+            return hit, 0.0
+        t = time.perf_counter()
+        res = evaluate(
+            m,
+            tok,
+            tasks,
+            limit=job.limit,
+            words=job.words,
+            max_length=job.max_length,
+            batch_size=job.eval.batch_size,
+            n_boot=job.eval.bootstrap,
+        )
+        write_text_atomic(f, res.to_json())
+        return res, time.perf_counter() - t
+
+    orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
+
+    def choose(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
+        cfg = method_config(job, crit, seed, budget)
+        cell = dataclasses.replace(loaded, selection=specs[label, budget])
+        return stages.select(cfg, cell, calibration, scores, False)[0]
+
+    def selected(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
+        """One cell's selection; an iterative one is the prefix of its largest-budget order."""
+        if label in orders:
+            return _prefix(orders[label], budget)
+        if specs[label, budget].strategy.name == "iterative":
+            full = choose(label, crit, seed, max(job.compare.budgets))
+            if "order" in full.scores:
+                orders[label] = full
+                return _prefix(full, budget)
+        return choose(label, crit, seed, budget)
+
+    total = 1 + len(job.compare.budgets) * len(runs)
+    bar = tqdm(total=total, desc="compare", disable=not progress, dynamic_ncols=True)
+    bar.set_postfix_str("baseline")
+    base, base_s = evaluated(list(range(L)), {}, model)
+    bar.update()
+    cells: dict[int, dict[str, dict]] = {}
+    # SLEB, SLEB one-shot and auto query the same windows: one oracle memory for all of them
+    with shared_oracles() as oracle:
+        for budget in job.compare.budgets:
+            for label, crit, seed in runs:
+                bar.set_postfix_str(f"n={budget} {label}")
+                prune = method_config(job, crit, seed, budget).prune
+                assert prune is not None
+                pkey = {
+                    "cal": calibration.describe(),
+                    "scores": scores.meta.get("calibration"),
+                    "req": dataclasses.asdict(prune) | {"seed": seed},
+                    "positions": job.calib.positions,
+                    "model": src.id,
+                }
+                pf = cache / f"plan-{_key(pkey)}.json"
+                t = time.perf_counter()
+                plan = _cached(pf, PrunePlan.from_json)
+                if plan is None:
+                    plan = selected(label, crit, seed, budget)
+                    plan.to_json(pf)
+                select_s = time.perf_counter() - t
+                with variant(model, plan) as m:
+                    res, eval_s = evaluated(plan.kept, plan.merged, m)
+                cells.setdefault(budget, {})[label] = {
+                    "plan": plan,
+                    "result": res,
+                    "select_s": select_s,
+                    "eval_s": eval_s,
+                }
+                bar.update()
+    bar.close()
+    from swapprune.studies.compare_plots import write_plots
+    from swapprune.studies.compare_report import build_results, write_markdown
+
+    results = build_results(job, src.id, L, base, cells, scores, tasks)
+    results["timing"] = {
+        "score_s": score_s,
+        "baseline_eval_s": base_s,
+        "total_s": time.perf_counter() - t0,
+        "oracle_queries": oracle.asked,
+        "oracle_computed": oracle.computed,
+    }
+    write_json_atomic(out / "results.json", results)
+    write_markdown(results, out / "results.md")
+    write_plots(results, scores, out)
+    write_json_atomic(
+        out / "provenance.json",
+        provenance(
+            base_model=src.id,
+            invocation={"config": job.run.to_dict(), "compare": dataclasses.asdict(job.compare)},
+        ),
+        indent=2,
+    )
+    return results
+
+
+def _default_score():
+    from swapprune.config import ScoreConfig
+
+    return ScoreConfig()
+
+
+def _prefix(full, budget: int):
+    """Budget ``n`` of an iterative selection: the first ``n`` removals of a larger one."""
+    from swapprune.plan import PrunePlan
+
+    order = full.scores["order"]
+    return PrunePlan.from_removal(
+        full.num_layers,
+        order[:budget],
+        protocol=full.protocol,
+        strategy=full.strategy,
+        model=full.model,
+        scores=full.scores,
+        budget=budget,
+    )
+
+
+def cell_specs(job: CompareJob, runs, facts) -> dict:
+    """``(label, budget) -> SelectionSpec`` of every cell, checked against the model's facts."""
+    specs = {}
+    for label, crit, seed in runs:
+        for b in job.compare.budgets:
+            specs[label, b] = method_config(job, crit, seed, b).check_model(facts)
+    return specs

@@ -1,0 +1,78 @@
+"""The report of a predictor-validity check: markdown table, plot, files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def validity_markdown(result: dict) -> str:
+    """The Spearman table, best first."""
+    cal, tgt = result["calibration"], result["target"]
+    lines = [
+        "# Predictor validity",
+        "",
+        f"Spearman over {result['num_layers']} blocks between each criterion's removability and "
+        f"the measured single-block deletion cost ({result['deletion_cost']['definition']}; "
+        f"base PPL {result['deletion_cost']['base_ppl']:.3f}).",
+        f"Criteria on {cal['prompts']} x {cal['tokens']} windows of {cal['source']}; "
+        f"target on {tgt['prompts']} x {tgt['tokens']} windows of {tgt['source']}"
+        + (" (the same windows)." if result["target_is_calibration"] else "."),
+        f"95% CI: {result['bootstrap']['resamples']} bootstrap resamples of windows.",
+        "",
+        "| criterion | Spearman | 95% CI | resampled |",
+        "|---|---:|---|---|",
+    ]
+    rows = sorted(
+        result["criteria"].items(), key=lambda kv: -np.nan_to_num(kv[1]["spearman"], nan=-9)
+    )
+    for name, r in rows:
+        lines.append(
+            f"| {name} | {r['spearman']:+.2f} | [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] "
+            f"| {r['resampled']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_validity(result: dict, path: str | Path) -> None:
+    """Spearman with its CI per criterion, and the deletion cost per block (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(
+        result["criteria"].items(), key=lambda kv: np.nan_to_num(kv[1]["spearman"], nan=-9)
+    )
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.35 * len(rows) + 2.5))
+    y = np.arange(len(rows))
+    rho = np.array([r["spearman"] for _, r in rows])
+    lo = np.array([r["ci"][0] for _, r in rows])
+    hi = np.array([r["ci"][1] for _, r in rows])
+    a.errorbar(
+        rho, y, xerr=[np.clip(rho - lo, 0, None), np.clip(hi - rho, 0, None)], fmt="o", capsize=3
+    )
+    a.axvline(0, color="grey", lw=0.8)
+    a.set_yticks(y, [n for n, _ in rows])
+    a.set_xlabel("Spearman(removability, deletion cost), 95% CI")
+    cost = result["deletion_cost"]["per_layer"]
+    b.bar(range(len(cost)), cost)
+    b.set_yscale("symlog", linthresh=0.01)
+    b.set_xlabel("block")
+    b.set_ylabel("PPL increase when removed alone")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_validity_report(result: dict, out_dir: str | Path) -> Path:
+    """Write ``validity.json``, ``validity.md`` and ``validity.png`` into ``out_dir``."""
+    from swapprune.output.artifacts import write_json_atomic, write_text_atomic
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "validity.json", result)
+    write_text_atomic(out / "validity.md", validity_markdown(result))
+    plot_validity(result, out / "validity.png")
+    return out
