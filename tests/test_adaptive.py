@@ -11,8 +11,9 @@ from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, adaptive_score, tranches
+from swapprune.select.constraints import Constraints
 from swapprune.select.spec import build
-from swapprune.select.strategies import Constraints, get_strategy
+from swapprune.select.strategies import get_strategy
 
 L = 8
 PAIRS = [(i, i + 1) for i in range(L - 1)]

@@ -15,9 +15,9 @@ from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria, select
 from swapprune.select.auto import decision_lines, shortlist
+from swapprune.select.constraints import Constraints
 from swapprune.select.search import beam_over
 from swapprune.select.spec import build
-from swapprune.select.strategies import Constraints
 
 L, N = 6, 8
 

@@ -74,6 +74,7 @@ JOB = SimpleNamespace(
     max_length=512,
     strategy=None,
     calib=SimpleNamespace(calib=None, prompts=64, tokens=128, positions="all", seed=0),
+    eval=SimpleNamespace(bootstrap=1000),
 )
 
 
@@ -338,6 +339,7 @@ def test_contract_document_in_full():
         max_length=1024,
         strategy="iterative",
         calib=SimpleNamespace(calib="c4", prompts=32, tokens=64, positions="last", seed=3),
+        eval=SimpleNamespace(bootstrap=250),
     )
     cells = {1: {"a": _cell([2], 1.1, flipped=1)}}
     res = build_results(job, "org/tiny", 6, _run(1.0), cells, None, [PPL, ACC])
@@ -358,7 +360,7 @@ def test_contract_document_in_full():
         "words": 2000,
         "max_length": 1024,
         "stride": 512,
-        "ci": "95% percentile bootstrap, 1000 resamples over the task's units",
+        "ci": "95% percentile bootstrap, 250 resamples over the task's units",
         "test": "paired bootstrap of the metric difference over the same units; "
         "tie when its 95% CI includes zero; p-values Holm-adjusted across the "
         "comparisons of one budget; overlap verdict: tie when the two marginal "

@@ -26,13 +26,13 @@ from llmcompressor.recipe import Recipe  # noqa: E402
 from tiny_models import LAYERS, save_tiny, tiny_ids, tiny_tokenizer  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from swapprune.api import prune  # noqa: E402
 from swapprune.calibration.windows import Calibration  # noqa: E402
 from swapprune.errors import SwappruneError  # noqa: E402
 from swapprune.integrations.llmcompressor import (  # noqa: E402
     DepthPruningModifier,
     windows_from_dataloader,
 )
-from swapprune.select.core import prune  # noqa: E402
 
 pytestmark = pytest.mark.llmcompressor
 
@@ -71,8 +71,8 @@ def compressed(tiny_dir, calib_ids, tmp_path_factory):
     modifier = DepthPruningModifier(
         budget=BUDGET,
         protocol="interchange",
-        calibration_samples=WINDOWS,
-        calibration_tokens=TOKENS,
+        prompts=WINDOWS,
+        tokens=TOKENS,
     )
     model = oneshot(
         model=model,
@@ -147,9 +147,7 @@ def test_pruned_model_is_consistent_for_the_next_modifier(tiny_dir, calib_ids):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     state = State(model=model)
     state.data.calib = _loader(calib_ids)
-    mod = DepthPruningModifier(
-        budget=BUDGET, op="merge", calibration_samples=WINDOWS, calibration_tokens=TOKENS
-    )
+    mod = DepthPruningModifier(budget=BUDGET, op="merge", prompts=WINDOWS, tokens=TOKENS)
     mod.initialize(state)
     kept = LAYERS - BUDGET
     assert model.config.num_hidden_layers == len(model.model.layers) == kept
@@ -165,10 +163,12 @@ def test_auto_criterion_passes_through(tiny_dir, calib_ids):
     state = State(model=model)
     state.data.calib = _loader(calib_ids)
     mod = DepthPruningModifier(
-        budget=BUDGET, protocol="auto", calibration_samples=WINDOWS, calibration_tokens=TOKENS
+        budget=BUDGET, protocol="auto", prompts=WINDOWS, tokens=TOKENS, tranche=4, max_prompts=8
     )
     mod.initialize(state)
     assert mod.plan.protocol == "auto" and mod.plan.scores["auto"]["regime"]["call"]
+    # The same adaptive tranches as the CLI's --protocol auto, on oneshot's windows.
+    assert mod.plan.scores["auto"]["adaptive"]["rounds"][0]["windows"] == 4
     assert len(model.model.layers) == LAYERS - BUDGET
     with pytest.raises(SwappruneError, match="does not merge"):
         DepthPruningModifier(budget=BUDGET, protocol="auto", op="merge")
@@ -176,7 +176,7 @@ def test_auto_criterion_passes_through(tiny_dir, calib_ids):
 
 def test_no_dataset_falls_back_to_swapprune_calibration(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    mod = DepthPruningModifier(budget=1, calibration_samples=4, calibration_tokens=32)
+    mod = DepthPruningModifier(budget=1, prompts=4, tokens=32)
     oneshot(model=model, processor=tiny_tokenizer(), recipe=[mod])
     assert mod.calibration_info["source"] == "wikitext2-valid"
     assert model.config.num_hidden_layers == LAYERS - 1
@@ -184,7 +184,7 @@ def test_no_dataset_falls_back_to_swapprune_calibration(tiny_dir):
 
 def test_oneshot_calibration_required_but_missing(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    mod = DepthPruningModifier(budget=1, calibration="oneshot")
+    mod = DepthPruningModifier(budget=1, calib="oneshot")
     with pytest.raises(SwappruneError, match="oneshot has no calibration data"):
         oneshot(model=model, processor=tiny_tokenizer(), recipe=[mod])
 
@@ -202,9 +202,7 @@ def test_budget_too_large_fails_before_any_forward(tiny_dir, calib_ids):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     calls = []
     model.register_forward_pre_hook(lambda *_: calls.append(1))
-    mod = DepthPruningModifier(
-        budget=LAYERS, calibration_samples=WINDOWS, calibration_tokens=TOKENS
-    )
+    mod = DepthPruningModifier(budget=LAYERS, prompts=WINDOWS, tokens=TOKENS)
     with pytest.raises(SwappruneError, match=f"budget {LAYERS} would remove every block"):
         oneshot(
             model=model,
@@ -222,8 +220,8 @@ def test_yaml_recipe_names_the_modifier(tiny_dir, calib_ids):
         "default_stage:\n"
         "  default_modifiers:\n"
         "    DepthPruningModifier: {budget: 1, protocol: interchange, protect_last: 1,\n"
-        f"                           calibration_samples: {WINDOWS}, "
-        f"calibration_tokens: {TOKENS}}}\n"
+        f"                           prompts: {WINDOWS}, "
+        f"tokens: {TOKENS}}}\n"
     )
     oneshot(model=model, processor=tiny_tokenizer(), dataset=_loader(calib_ids), recipe=yaml)
     assert model.config.num_hidden_layers == len(model.model.layers) == LAYERS - 1
@@ -253,5 +251,34 @@ def test_windows_from_dataloader_drops_padding_and_short_samples():
     }
     cal = windows_from_dataloader([batch], samples=2, tokens=4)
     assert cal.input_ids.tolist() == [[5, 6, 7, 8], [12, 13, 14, 15]]
-    with pytest.raises(SwappruneError, match="lower calibration_tokens"):
+    with pytest.raises(SwappruneError, match="lower tokens"):
         windows_from_dataloader([batch], samples=2, tokens=7)
+
+
+def test_windows_follow_oneshots_data_when_not_set():
+    """Unset prompts/tokens: the lower median length of the samples, and those reaching it."""
+    lengths = [10, 48, 48, 30, 48]
+    batch = [{"input_ids": torch.arange(n)[None] + 3} for n in lengths]
+    cal = windows_from_dataloader(batch, samples=None, tokens=None)
+    assert tuple(cal.input_ids.shape) == (3, 48)  # lower median of 10, 30, 48, 48, 48
+    assert cal.input_ids[0].tolist() == list(range(3, 51))
+    capped = [{"input_ids": torch.arange(300)[None]} for _ in range(3)]
+    assert windows_from_dataloader(capped, None, None).input_ids.shape[1] == 128
+
+
+def test_fields_are_select_and_calibration_configs():
+    """One schema: every SelectConfig field (but plan) is a modifier field, with its default."""
+    import dataclasses
+
+    from swapprune.config import CalibrationConfig, SelectConfig
+
+    fields = DepthPruningModifier.model_fields
+    for f in dataclasses.fields(SelectConfig):
+        if f.name in ("plan", "scores"):  # no saved plan; modifier.scores is what it measured
+            assert f.name not in fields
+            continue
+        assert fields[f.name].description == f.metadata["help"]
+        if f.name != "budget":
+            assert fields[f.name].default == f.default
+    assert fields["positions"].default == CalibrationConfig().positions
+    assert fields["prompts"].default is None and fields["tokens"].default is None

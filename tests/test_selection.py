@@ -4,16 +4,15 @@ import numpy as np
 import pytest
 
 from swapprune.errors import SwappruneError
+from swapprune.select.constraints import Constraints, max_spaced
 from swapprune.select.strategies import (
     INPUTS,
     STRATEGIES,
     Choice,
-    Constraints,
     Ranked,
     SelectionInputs,
     describe,
     get_strategy,
-    max_spaced,
 )
 
 IMP = np.array([0.9, 0.1, 0.2, 0.15, 0.8, 0.05, 0.3, 0.7])

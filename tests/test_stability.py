@@ -7,8 +7,8 @@ import pytest
 
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
+from swapprune.select.constraints import Constraints
 from swapprune.select.stability import selection_stability
-from swapprune.select.strategies import Constraints
 
 L, N = 6, 16
 

@@ -122,8 +122,8 @@ def main(argv=None) -> dict:
     pruner = DepthPruningModifier(
         budget=args.budget,
         protocol=args.protocol,
-        calibration_samples=args.samples,
-        calibration_tokens=args.tokens,
+        prompts=args.samples,
+        tokens=args.tokens,
     )
     recipe = [pruner, QuantizationModifier(config_groups={"group_0": scheme}, ignore=["lm_head"])]
     model, report["oneshot"] = _timed(
@@ -149,18 +149,24 @@ def main(argv=None) -> dict:
     # The pruned model alone: the same plan, the same surgery, on a fresh copy of the base.
     pruned, tok, _ = swapprune.load_model(args.model, progress=False)
     if args.compare_cost:
+        import dataclasses
+
+        from swapprune.api import plan_pruning
         from swapprune.calibration.windows import Calibration
-        from swapprune.select.core import plan_pruning
 
         windows = torch.cat([b["input_ids"] for b in loader])
+        select, cal = pruner.configs(*windows.shape)
         with torch.no_grad():
             (outside, _), cost = _timed(
                 plan_pruning,
                 pruned,
                 None,
-                pruner.request(),
                 progress=False,
                 calibration=Calibration(windows, "same windows", 0),
+                **dataclasses.asdict(select),
+                positions=cal.positions,
+                batch_size=cal.batch_size,
+                seed=cal.seed,
             )
         assert outside.removed == plan.removed, (outside.removed, plan.removed)
         report["outside_oneshot"] = cost

@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
 
     from swapprune.calibration.windows import Calibration
     from swapprune.integrations.llmcompressor import DepthPruningModifier
-    from swapprune.select.core import plan_pruning
+    from swapprune.api import plan_pruning
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
     from tiny_models import tiny_tokenizer  # oneshot wants a processor; the windows are ids
@@ -98,7 +98,7 @@ def main(argv=None) -> dict:
         )
         plans.append(plan.removed)
         model = load()
-        mod = DepthPruningModifier(budget=budget, calibration_samples=n, calibration_tokens=t)
+        mod = DepthPruningModifier(budget=budget, prompts=n, tokens=t)
         wall = time.perf_counter()
         oneshot(model=model, processor=tiny_tokenizer(), dataset=loader, recipe=[mod])
         sync()

@@ -25,6 +25,7 @@ from swapprune.config.fields import (
 from swapprune.engine.orders import PROTOCOLS as PROBES
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
+from swapprune.stats import N_BOOT
 
 
 @dataclass
@@ -118,7 +119,7 @@ class ScoreConfig:
         factory=lambda: ["replacement", "interchange"],
     )
     pairs: str = opt("adjacent", "pairs to probe: adjacent, all, gap:K or 3-4,7-9")
-    bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
+    bootstrap: int = opt(N_BOOT, "bootstrap resamples for the CIs")
     cache_gb: float = opt(4.0, "memory for cached hidden states, GB")
     output: str | None = opt(None, "scores JSON to write (resumed if it exists)", flag="--output")
 
@@ -228,7 +229,7 @@ class EvalConfig:
         contract.MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
     )
     batch_size: int = opt(8, "sequences per forward pass")
-    bootstrap: int = opt(1000, "bootstrap resamples for the CIs")
+    bootstrap: int = opt(N_BOOT, "bootstrap resamples for the CIs")
     at: list[str] | None = opt(
         None,
         "points to evaluate: base, pruned, healed, quantized (default: every one that runs)",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from swapprune.config.fields import opt, positive
 from swapprune.errors import SwappruneError
+from swapprune.stats import N_BOOT
 
 #: Criteria ``swapprune validate`` checks unless told otherwise.
 VALIDITY_CRITERIA = (
@@ -86,7 +87,7 @@ class ValidateConfig:
     criteria: list[str] = opt(
         help="criteria to check (swapprune list)", factory=lambda: list(VALIDITY_CRITERIA)
     )
-    bootstrap: int = opt(1000, "bootstrap resamples")
+    bootstrap: int = opt(N_BOOT, "bootstrap resamples")
     target: str = opt(
         "wikitext2-test",
         "text the deletion cost is measured on: wikitext2-test (held out from the criteria's "

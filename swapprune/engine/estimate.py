@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from swapprune.engine.orders import deletion_plan, pair_probe_plans
+from swapprune.engine.orders import PAIR_PROTOCOLS, deletion_plan, pair_probe_plans
 
 
 def trie_blocks(plans: Iterable[Sequence[int]], num_layers: int) -> int:
@@ -38,7 +38,7 @@ def block_evaluations(
     batch_size: int,
 ) -> int:
     """Decoder-block calls of a scoring run (per batch: the base pass, then every unit)."""
-    pair_protocols = tuple(p for p in probes if p in ("replacement", "interchange"))
+    pair_protocols = tuple(p for p in probes if p in PAIR_PROTOCOLS)
     per_batch = num_layers
     if pair_protocols:
         for i, j in pairs:

@@ -26,6 +26,7 @@ import numpy as np
 from swapprune.errors import SwappruneError
 from swapprune.output.artifacts import write_json_atomic
 from swapprune.select.regime import regime
+from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
 SCHEMA = "swapprune.scores/1"
@@ -67,7 +68,7 @@ class ScoreResult:
     meta: dict
     pairs: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
     deletion: dict[int, np.ndarray] = field(default_factory=dict)
-    n_boot: int = 1000
+    n_boot: int = N_BOOT
     seed: int = 0
 
     @property

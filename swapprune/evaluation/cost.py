@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from swapprune.errors import SwappruneError
+from swapprune.evaluation import contract
 from swapprune.stats import bootstrap
 
 # First windows of the matched contract scored by the quick check: 8 windows
@@ -30,7 +31,7 @@ QUICK_WINDOWS = 8
 # dPPL above +50% warns. On SmolLM2-135M (eval/study) a +59% cut (SLEB, 3 of
 # 30 blocks) already took LAMBADA accuracy from 0.30 to 0.13.
 THRESHOLD = 0.5
-TASK = "swapprune_wikitext2_ppl"
+TASK = contract.TASK
 
 
 @dataclass
@@ -88,7 +89,7 @@ class Cost:
             "contract": {
                 "words": self.words,
                 "max_length": self.max_length,
-                "stride": self.max_length // 2,
+                "stride": contract.stride(self.max_length),
                 "windows": self.contract_windows,
             },
             "threshold": self.threshold,
@@ -116,8 +117,8 @@ def pruning_cost(
     *,
     pruned=None,
     windows: int | None = QUICK_WINDOWS,
-    words: int = 5000,
-    max_length: int = 512,
+    words: int = contract.WORDS,
+    max_length: int = contract.MAX_LENGTH,
     batch_size: int = 8,
     n_boot: int = bootstrap.N_BOOT,
     threshold: float = THRESHOLD,
@@ -180,7 +181,7 @@ def pruning_cost(
     cmp, verdict = compare(base, after, TASK, n_boot=n_boot)
     dppl = cmp.ratio.estimate - 1
     info = base.tasks[TASK].info
-    total = len(sliding_windows(info["n_tokens"], max_length, max_length // 2))
+    total = len(sliding_windows(info["n_tokens"], max_length, contract.stride(max_length)))
     cost = Cost(
         base_ppl=cmp.a,
         pruned_ppl=cmp.b,

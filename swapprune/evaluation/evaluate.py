@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 
+from swapprune.evaluation import contract
 from swapprune.evaluation.harness import run_harness
 from swapprune.evaluation.names import (
     NATIVE_TASKS,
@@ -51,8 +52,8 @@ def evaluate(
     tokenizer,
     tasks: list[str],
     limit: int | None = None,
-    words: int = 5000,
-    max_length: int = 512,
+    words: int = contract.WORDS,
+    max_length: int = contract.MAX_LENGTH,
     batch_size: int = 8,
     n_boot: int = bootstrap.N_BOOT,
 ) -> EvalResult:

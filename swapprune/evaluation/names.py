@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swapprune.errors import SwappruneError, unknown_name
+from swapprune.evaluation import contract
 from swapprune.evaluation.quiet import quiet_lm_eval
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ PACK_DIR = Path(__file__).resolve().parent.parent / "tasks"
 
 #: The paper's matched perplexity contract; run by swapprune through lm-eval's
 #: model API because its windows live in token space (see ``perplexity.py``).
-WIKITEXT2_PPL = "swapprune_wikitext2_ppl"
+WIKITEXT2_PPL = contract.TASK
 NATIVE_TASKS = (WIKITEXT2_PPL,)
 
 #: The pack's task and tag names (``task:`` and ``tag:`` of ``swapprune/tasks/*.yaml``).

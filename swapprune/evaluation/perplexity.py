@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swapprune.errors import SwappruneError
+from swapprune.evaluation import contract
 from swapprune.evaluation.names import WIKITEXT2_PPL
 from swapprune.evaluation.results import Metric, TaskResult
 from swapprune.stats import bootstrap
 
-TEST_TEXT = Path(__file__).resolve().parent.parent / "data" / "wiki.test.raw"
+TEST_TEXT = Path(__file__).resolve().parent.parent / "data" / contract.TEXT_FILE
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ def tokenize(tokenizer, text: str) -> list[int]:
 def run_wikitext2_ppl(
     lm,
     tokenizer,
-    words: int | None = 5000,
-    max_length: int = 512,
+    words: int | None = contract.WORDS,
+    max_length: int = contract.MAX_LENGTH,
     limit: int | None = None,
     text: str | None = None,
     n_boot: int = bootstrap.N_BOOT,
@@ -132,7 +133,7 @@ def run_wikitext2_ppl(
     start = time.perf_counter()
     source = TEST_TEXT.read_text(encoding="utf-8") if text is None else text
     ids = tokenize(tokenizer, first_words(source, words))
-    stride = max_length // 2
+    stride = contract.stride(max_length)
     windows = sliding_windows(len(ids), max_length, stride)
     if limit is not None:
         windows = windows[:limit]

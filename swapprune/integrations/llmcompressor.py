@@ -27,9 +27,9 @@ its own package).
 
 from __future__ import annotations
 
-import functools
-import json
+import dataclasses
 import time
+import typing
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,57 +45,93 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 import torch
 from loguru import logger
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, create_model, model_validator
 
-from swapprune.calibration.windows import DEFAULT_PROMPTS, DEFAULT_TOKENS, Calibration
-from swapprune.config import SelectConfig
+from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.config.fields import default_of
 from swapprune.errors import SwappruneError
-from swapprune.select.core import PruneRequest
+from swapprune.integrations.oneshot_data import (
+    ONESHOT,
+    calibration_dataloader,
+    windows_from_dataloader,
+)
+from swapprune.integrations.saved_config import changed_keys, keep_config_on_save
 
 __all__ = ["DepthPruningModifier", "windows_from_dataloader", "calibration_dataloader"]
 
-ONESHOT = "oneshot"
+
+#: CalibrationConfig fields the modifier takes (the rest concern swapprune's own runs).
+CALIBRATION_FIELDS = (
+    "calib",
+    "prompts",
+    "tokens",
+    "seed",
+    "positions",
+    "batch_size",
+    "adaptive",
+    "target_frequency",
+    "tranche",
+    "max_prompts",
+)
+#: SelectConfig fields a modifier has no use for: it applies no saved plan, and it scores
+#: inside oneshot (``modifier.scores`` holds what it measured).
+SKIPPED = ("plan", "scores")
+#: Fields whose default the modifier reads from oneshot's data instead (None = follow it).
+FROM_DATA = ("prompts", "tokens")
 
 
-class DepthPruningModifier(Modifier):
+def _schema() -> dict[str, Any]:
+    """The modifier's pydantic fields: SelectConfig's and CalibrationConfig's, names,
+    types, defaults and help text included (the modifier declares none of its own)."""
+    fields: dict[str, Any] = {}
+    for cls, names in ((SelectConfig, None), (CalibrationConfig, CALIBRATION_FIELDS)):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in SKIPPED or (names is not None and f.name not in names):
+                continue
+            text = f.metadata.get("help", "")
+            if f.name in FROM_DATA:
+                default = default_of(cls, f.name)
+                fields[f.name] = (
+                    int | None,
+                    Field(
+                        None, description=f"{text} (None: follow oneshot's data, else {default})"
+                    ),
+                )
+            elif f.metadata.get("required"):
+                fields[f.name] = (int, Field(..., description=text))
+            else:
+                fields[f.name] = (hints[f.name], Field(default_of(cls, f.name), description=text))
+    fields["tokenizer"] = (
+        str | None,
+        Field(
+            None,
+            description="tokenizer for text calibration without oneshot data; "
+            "None: the model's name_or_path",
+        ),
+    )
+    fields["plan_path"] = (str | None, Field(None, description="write the prune plan (JSON) here"))
+    return fields
+
+
+class _DepthPruning(Modifier):
     """Remove or merge ``budget`` decoder blocks chosen by a swapprune criterion.
 
-    Names (criterion, strategy, operation, merge rule) are checked when the
-    modifier is built; the budget is checked against the model's block count
-    when the recipe is initialized, before the first forward pass.
+    The fields are those of :class:`~swapprune.config.SelectConfig` (``budget``,
+    ``protocol``, ``strategy``, ``op``, ...) and the calibration fields of
+    :class:`~swapprune.config.CalibrationConfig` (``prompts``, ``tokens``, ``seed``,
+    ``positions``, ...), with their names, defaults and help text, plus
+    ``tokenizer`` and ``plan_path``. Names and settings are checked when the
+    modifier is built; the budget against the model's depth when the recipe is
+    initialized, before the first forward pass.
 
-    Calibration windows: by default the first ``calibration_samples`` samples
-    of oneshot's calibration data that have at least ``calibration_tokens``
-    tokens (cut to that length); without a oneshot dataset, swapprune's own
-    calibration source (``calibration``, default the vendored WikiText-2
-    validation text), which needs a tokenizer.
+    Calibration windows: by default oneshot's calibration data. ``prompts`` and
+    ``tokens`` left unset follow that data (every sample up to the default count,
+    at the longest length most of them reach, capped at the default length; the
+    log says what was taken). Without oneshot data, swapprune's own calibration
+    source (``calib``, default the vendored WikiText-2 validation text), which needs
+    a tokenizer. ``calib="oneshot"`` insists on oneshot's data.
     """
-
-    budget: int = Field(description="Blocks to remove (or absorb by merging).")
-    protocol: str = Field("interchange", description="Criterion name: `swapprune list`.")
-    strategy: str | None = Field(None, description="Selection strategy; None: the criterion's.")
-    op: str = Field("remove", description="`remove` drops the blocks; `merge` folds them.")
-    merge: str = Field("average", description="Merge rule when op='merge'.")
-    protect_first: int = Field(0, description="The first k blocks are never removed.")
-    protect_last: int = Field(0, description="The last k blocks are never removed.")
-    seed: int = 0
-    oracle_metric: str = Field("ppl", description="Oracle of model-queried strategies: ppl|kl.")
-    beam_calls: int = Field(400, description="Oracle-call cap of the beam strategy.")
-    calibration: str | None = Field(
-        None,
-        description="None: oneshot's calibration data if it has any, else swapprune's "
-        "default text; 'oneshot': oneshot's data only; else a swapprune --calib source.",
-    )
-    calibration_samples: int = Field(DEFAULT_PROMPTS, ge=1, description="Windows N.")
-    calibration_tokens: int = Field(DEFAULT_TOKENS, ge=2, description="Tokens per window T.")
-    positions: str = Field("all", description="KL positions of the swap probes: all|last.")
-    batch_size: int = Field(8, ge=1, description="Windows per forward pass while scoring.")
-    tokenizer: str | None = Field(
-        None,
-        description="Tokenizer for text calibration without oneshot data; "
-        "None: the model's name_or_path.",
-    )
-    plan_path: str | None = Field(None, description="Write the prune plan (JSON) here.")
 
     _plan: Any = PrivateAttr(None)
     _scores: Any = PrivateAttr(None)
@@ -104,31 +140,25 @@ class DepthPruningModifier(Modifier):
 
     @model_validator(mode="after")
     def _check_names(self):
-        # Every name resolves now, at the edge, so a typo fails before oneshot loads data.
-        self.request().resolve()
-        if self.protocol == "auto" and self.op != "remove":
-            raise SwappruneError("protocol 'auto' removes blocks; it does not merge (op='remove')")
-        if self.positions not in ("all", "last"):
-            raise SwappruneError(f"positions must be 'all' or 'last', got {self.positions!r}")
+        # Every name and setting is checked now, at the edge, before oneshot loads data.
+        select, calibration = self.configs()
+        if select.plan is None:
+            calibration.check()
+        select.check(calibration)
         return self
 
-    def request(self) -> PruneRequest:
-        """The :class:`~swapprune.select.core.PruneRequest` these fields describe.
-
-        Built through the CLI's own :class:`~swapprune.config.SelectConfig`, so a
-        request is made one way everywhere.
-        """
-        return SelectConfig(
-            budget=self.budget,
-            protocol=self.protocol,
-            strategy=self.strategy,
-            op=self.op,
-            merge=self.merge,
-            protect_first=self.protect_first,
-            protect_last=self.protect_last,
-            oracle=self.oracle_metric,
-            max_oracle_calls=self.beam_calls,
-        ).request(self.seed)
+    def configs(self, prompts: int | None = None, tokens: int | None = None):
+        """``(SelectConfig, CalibrationConfig)`` of these fields (window counts resolved)."""
+        values = {k: getattr(self, k) for k in self.model_fields_set | set(type(self).model_fields)}
+        select = SelectConfig(
+            **{f.name: values[f.name] for f in dataclasses.fields(SelectConfig) if f.name in values}
+        )
+        cal = {k: values[k] for k in CALIBRATION_FIELDS if k not in FROM_DATA}
+        if cal.get("calib") == ONESHOT:
+            cal["calib"] = None
+        for k, given in (("prompts", prompts), ("tokens", tokens)):
+            cal[k] = given or values[k] or default_of(CalibrationConfig, k)
+        return select, CalibrationConfig(**cal)
 
     @property
     def plan(self):
@@ -151,37 +181,43 @@ class DepthPruningModifier(Modifier):
         return dict(self._timings)
 
     def on_initialize(self, state: State, **kwargs) -> bool:
+        from swapprune.api import plan_pruning
         from swapprune.edit.surgery import apply_plan
         from swapprune.model.stack import decoder_stack
-        from swapprune.select.core import plan_pruning
+        from swapprune.select.spec import build
 
         model = state.model
         _refuse_prepared_model(model)
-        request = self.request()
+        select, cal = self.configs()
         # Budget against the block count, before the first forward pass.
-        crit, strategy, _ = request.validate(decoder_stack(model).num_layers)
-
+        spec = build(select, cal, decoder_stack(model).num_layers)
         calibration = None
-        if crit.protocols or crit.needs_model or strategy.queries_model:
+        if spec.needs_windows:
             with _timed(self._timings, "calibration"):
-                calibration = self._calibration(state, model)
+                calibration = self._calibration(state, model, cal)
             self._calibration_info = calibration.describe()
+        n, t = (
+            (calibration.input_ids.shape[0], calibration.input_ids.shape[1])
+            if calibration is not None
+            else (None, None)
+        )
+        select, cal = self.configs(n, t)
+        settings = {**dataclasses.asdict(select), **dataclasses.asdict(cal)}
+        settings = {k: v for k, v in settings.items() if k in type(self).model_fields}
         # oneshot runs initialization with gradients on; the probes need none.
         with _timed(self._timings, "plan"), torch.no_grad():
             plan, scores = plan_pruning(
                 model,
                 None,
-                request,
                 calibration=calibration,
-                positions=self.positions,
-                batch_size=self.batch_size,
                 model_id=getattr(model, "name_or_path", None) or None,
                 progress=False,
+                **settings,
             )
         with _timed(self._timings, "surgery"):
             before = model.config.to_dict()
             apply_plan(model, plan, log=logger.info)
-            _keep_config_on_save(model, _changed_keys(before, model.config.to_dict()))
+            keep_config_on_save(model, changed_keys(before, model.config.to_dict()))
         logger.info("DepthPruningModifier: {}", plan.describe())
         self._plan, self._scores = plan, scores
         if self.plan_path:
@@ -192,20 +228,32 @@ class DepthPruningModifier(Modifier):
     def on_finalize(self, state: State, **kwargs) -> bool:
         return True
 
-    def _calibration(self, state: State, model) -> Calibration:
+    def _calibration(self, state: State, model, cal: CalibrationConfig):
+        """Oneshot's windows, or windows of swapprune's calibration text."""
         loader = getattr(getattr(state, "data", None), "calib", None)
-        n, t = self.calibration_samples, self.calibration_tokens
-        if self.calibration in (None, ONESHOT) and loader is not None:
-            return windows_from_dataloader(loader, n, t)
-        if self.calibration == ONESHOT:
+        if self.calib in (None, ONESHOT) and loader is not None:
+            windows = windows_from_dataloader(loader, self.prompts, self.tokens)
+            n, t = windows.input_ids.shape
+            logger.info(
+                "DepthPruningModifier: {} windows x {} tokens from oneshot's data{}",
+                n,
+                t,
+                "" if self.prompts and self.tokens else " (set prompts/tokens to choose)",
+            )
+            return windows
+        if self.calib == ONESHOT:
             raise SwappruneError(
-                "DepthPruningModifier(calibration='oneshot') but oneshot has no calibration "
-                "data: pass dataset= to oneshot, or leave calibration unset to use "
+                "DepthPruningModifier(calib='oneshot') but oneshot has no calibration "
+                "data: pass dataset= to oneshot, or leave calib unset to use "
                 "swapprune's default text"
             )
         from swapprune.calibration.windows import load_calibration
+        from swapprune.model.arch import context_length
 
-        return load_calibration(self._load_tokenizer(model), self.calibration, n, t, self.seed)
+        tok = self._load_tokenizer(model)
+        return load_calibration(
+            tok, cal.calib, cal.prompts, cal.tokens, cal.seed, context_length(model.config)
+        )
 
     def _load_tokenizer(self, model):
         name = self.tokenizer or getattr(model, "name_or_path", None)
@@ -214,134 +262,15 @@ class DepthPruningModifier(Modifier):
                 "DepthPruningModifier needs calibration windows: pass a dataset to oneshot, "
                 "or set tokenizer= to the model's tokenizer (name or path)"
             )
-        from transformers import AutoTokenizer
+        from swapprune.model.load import load_tokenizer
 
-        try:
-            return AutoTokenizer.from_pretrained(name)
-        except (OSError, ValueError) as err:
-            raise SwappruneError(
-                f"DepthPruningModifier could not load a tokenizer from {name!r} ({err}); "
-                "pass a dataset to oneshot or set tokenizer="
-            ) from None
+        return load_tokenizer(name)
 
 
-def windows_from_dataloader(loader, samples: int, tokens: int) -> Calibration:
-    """Token windows ``[N, T]`` from a oneshot calibration dataloader.
-
-    Takes, in loader order, the samples with at least ``tokens`` real tokens
-    (``attention_mask`` drops padding on either side) and keeps their first
-    ``tokens``; stops after ``samples`` of them. Fewer is a warning, none an error.
-    """
-    rows: list[torch.Tensor] = []
-    seen = 0
-    for batch in loader:
-        ids = torch.as_tensor(batch["input_ids"])
-        mask = batch.get("attention_mask") if hasattr(batch, "get") else None
-        if ids.dim() == 1:
-            ids = ids[None]
-        mask = torch.ones_like(ids) if mask is None else torch.as_tensor(mask).reshape(ids.shape)
-        for row, keep in zip(ids, mask):
-            seen += 1
-            row = row[keep.bool()]
-            if row.numel() >= tokens:
-                rows.append(row[:tokens].to("cpu", torch.long))
-            if len(rows) == samples:
-                break
-        if len(rows) == samples:
-            break
-    if not rows:
-        raise SwappruneError(
-            f"none of oneshot's {seen} calibration samples has {tokens} tokens: lower "
-            f"calibration_tokens, raise oneshot's max_seq_length, or set calibration="
-            f"'wikitext2-valid'"
-        )
-    if len(rows) < samples:
-        logger.warning(
-            "DepthPruningModifier: {} of {} oneshot samples have >= {} tokens; scoring on "
-            "{} windows, not {}",
-            len(rows),
-            seen,
-            tokens,
-            len(rows),
-            samples,
-        )
-    return Calibration(torch.stack(rows), f"{ONESHOT}-dataloader", 0)
-
-
-def calibration_dataloader(
-    tokenizer,
-    source: str | None = None,
-    samples: int = DEFAULT_PROMPTS,
-    tokens: int = DEFAULT_TOKENS,
-    seed: int = 0,
-):
-    """swapprune's calibration windows as a DataLoader to hand to ``oneshot(dataset=...)``.
-
-    The pruning modifier then scores on exactly the windows ``swapprune.prune``
-    would use, and quantization modifiers that need data calibrate on the same.
-    """
-    from torch.utils.data import DataLoader
-
-    from swapprune.calibration.windows import load_calibration
-
-    cal = load_calibration(tokenizer, source, samples, tokens, seed)
-    rows = [
-        {"input_ids": r[None], "attention_mask": torch.ones_like(r)[None]} for r in cal.input_ids
-    ]
-    return DataLoader(rows, batch_size=None)  # type: ignore[arg-type]  # a list is a map dataset
-
-
-def _changed_keys(before: dict, after: dict) -> list[tuple[str, ...]]:
-    """Paths of the config entries the surgery changed (top level and ``text_config``)."""
-    paths: list[tuple[str, ...]] = [
-        (k,) for k in after if k != "text_config" and before.get(k) != after[k]
-    ]
-    inner_b, inner_a = before.get("text_config"), after.get("text_config")
-    if isinstance(inner_b, dict) and isinstance(inner_a, dict):
-        paths += [("text_config", k) for k in inner_a if inner_b.get(k) != inner_a[k]]
-    return paths
-
-
-def _keep_config_on_save(model, paths: list[tuple[str, ...]]) -> None:
-    """Make ``model.save_pretrained`` write the pruned config, not the original one.
-
-    llm-compressor's save rewrites ``config.json`` from the *original* model's
-    file (for vLLM compatibility) and patches back only the fields it edits
-    itself, which would restore the unpruned layer count and ``layer_types``.
-    This wraps the (already wrapped) method and writes the entries the surgery
-    changed back into the saved file, with the values the model has at save time.
-    """
-    if not paths:
-        return
-    inner = model.save_pretrained
-
-    @functools.wraps(inner)
-    def save_pretrained(save_directory, *args, **kwargs):
-        result = inner(save_directory, *args, **kwargs)
-        _patch_saved_config(Path(save_directory) / "config.json", model.config.to_dict(), paths)
-        return result
-
-    # llm-compressor must not wrap it a second time.
-    setattr(save_pretrained, "_overridden", True)  # noqa: B010
-    model.save_pretrained = save_pretrained
-
-
-def _patch_saved_config(path: Path, current: dict, paths: list[tuple[str, ...]]) -> None:
-    if not path.is_file():  # another rank wrote it, or nothing was saved
-        return
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    changed = False
-    for key_path in paths:
-        src, dst = current, saved
-        for part in key_path[:-1]:
-            src, dst = src.get(part, {}), dst.setdefault(part, {})
-        key = key_path[-1]
-        if key in src and dst.get(key) != src[key]:
-            logger.info("{}: {}: {} -> {}", path.name, ".".join(key_path), dst.get(key), src[key])
-            dst[key] = src[key]
-            changed = True
-    if changed:
-        path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+DepthPruningModifier = create_model(
+    "DepthPruningModifier", __base__=_DepthPruning, __module__=__name__, **_schema()
+)
+DepthPruningModifier.__doc__ = _DepthPruning.__doc__
 
 
 def _refuse_prepared_model(model) -> None:

@@ -34,10 +34,12 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from swapprune.engine.orders import PAIR_PROTOCOLS
 from swapprune.errors import SwappruneError
+from swapprune.select.constraints import Constraints
 from swapprune.select.decisive import decisive_pairs
 from swapprune.select.stability import Stability, selection_stability
-from swapprune.select.strategies import Constraints
+from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
 if TYPE_CHECKING:
@@ -47,7 +49,6 @@ if TYPE_CHECKING:
     from swapprune.select.strategies import Strategy
 
 IN_PLAY = 0.02
-PAIR_PROTOCOLS = ("replacement", "interchange")
 
 Pair = tuple[int, int]
 # (pairs, window rows into the pool) -> {pair: {"repl_ij"|"repl_ji"|"inter": kl[len(rows)]}}
@@ -69,7 +70,7 @@ class AdaptiveSettings:
     target: float
     tranche: int
     max_windows: int
-    n_boot: int = 1000
+    n_boot: int = N_BOOT
     seed: int = 0
 
     def check(self) -> None:

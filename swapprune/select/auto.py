@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from swapprune.engine.orders import PAIR_PROTOCOLS
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria as criteria_mod
+from swapprune.select.constraints import Constraints
 from swapprune.select.regime import regime_of, summary_line
 from swapprune.select.search import beam_over
 from swapprune.select.spec import AUTO
-from swapprune.select.strategies import Constraints
 
 if TYPE_CHECKING:
     from swapprune.select.spec import SelectionSpec
@@ -101,7 +102,7 @@ def select_auto(
     from swapprune.select.core import select_fixed
     from swapprune.select.stability import plan_stability
 
-    needs = ("replacement", "interchange")
+    needs = PAIR_PROTOCOLS
     if scores is not None and not all(p in scores.protocols() for p in needs):
         raise SwappruneError("--protocol auto needs scores with replacement and interchange")
     if width < 1 or (max_calls is not None and max_calls < 1):
@@ -179,7 +180,7 @@ def _verify(model, spec, scores, calibration, shortlist_size, width, max_calls, 
     cons = spec.constraints
     L = cons.num_layers
     ctx = criteria_mod.Context(num_layers=L, scores=scores, seed=spec.seed)
-    imps = [criteria_mod.get(p).importance(ctx) for p in ("interchange", "replacement")]
+    imps = [criteria_mod.get(p).importance(ctx) for p in criteria_mod.SWAP]
     short = shortlist(imps, spec.budget, cons, shortlist_size)
     # most removable first (by the better of the two ranks), for completion after a cap
     rank = {

@@ -16,8 +16,9 @@ import numpy as np
 from swapprune.errors import SwappruneError
 from swapprune.plan import PrunePlan
 from swapprune.select import criteria as criteria_mod
+from swapprune.select.constraints import Constraints
 from swapprune.select.spec import SelectionSpec
-from swapprune.select.strategies import Constraints, SelectionInputs, Strategy
+from swapprune.select.strategies import SelectionInputs, Strategy
 
 TIEBREAK_RULE = "smaller mean residual update ||h_out - h_in|| first"
 

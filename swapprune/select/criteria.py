@@ -36,6 +36,8 @@ from swapprune.registry import Registry
 CRITERIA: Registry[Criterion] = Registry("criterion")
 
 SWAP_PAPER = "Garcia, No Free Swap (2026)"
+#: The swap criteria, interchange first (the gentler probe: ``auto``'s ranking).
+SWAP = ("interchange", "replacement")
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Criterion(ABC):
         nbs = [n for n in (layer - 1, layer + 1) if 0 <= n < L]
         s = ctx.scores
         if s is not None:
-            proto = next((p for p in ("interchange", "replacement") if p in s.protocols()), None)
+            proto = next((p for p in SWAP if p in s.protocols()), None)
             scored = [n for n in nbs if (min(n, layer), max(n, layer)) in s.pairs]
             if proto and scored:
                 return min(scored, key=lambda n: (s.distance(proto, layer, n), n))

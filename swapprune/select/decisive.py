@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from swapprune.select.constraints import Constraints
 from swapprune.select.stability import select_on
-from swapprune.select.strategies import Constraints
 
 Pair = tuple[int, int]
 

@@ -13,13 +13,7 @@ from itertools import product
 from typing import Any
 
 from swapprune.errors import SwappruneError
-from swapprune.select.strategies import (
-    STRATEGIES,
-    Choice,
-    SelectionInputs,
-    Strategy,
-    int_arg,
-)
+from swapprune.select.strategies import STRATEGIES, Choice, SelectionInputs, Strategy, int_arg
 
 
 @STRATEGIES.register("beam")

@@ -23,7 +23,10 @@ from typing import TYPE_CHECKING
 
 from swapprune.errors import SwappruneError, unknown_name
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.strategies import Constraints, Strategy, get_strategy
+from swapprune.select.constraints import Constraints
+from swapprune.select.search import Beam
+from swapprune.select.strategies import Strategy, get_strategy
+from swapprune.stats import N_BOOT
 
 if TYPE_CHECKING:
     from swapprune.config import CalibrationConfig, SelectConfig
@@ -36,7 +39,6 @@ AUTO_WHAT = (
     "protocols' shortlist verified on the pruned model when both are high"
 )
 AUTO_SOURCE = "the paper's decision rule (Garcia 2026, section 4), acted on"
-SWAP = ("interchange", "replacement")
 OPS = ("remove", "merge")
 ORACLE_METRICS = ("ppl", "kl")
 
@@ -83,7 +85,7 @@ class SelectionSpec:
     tokens: int = 128
     adaptive: AdaptiveSettings | None = None
     stability_threshold: float = 0.5
-    n_boot: int = 1000
+    n_boot: int = N_BOOT
 
     @property
     def num_layers(self) -> int:
@@ -92,7 +94,7 @@ class SelectionSpec:
     @property
     def probes(self) -> tuple[str, ...]:
         """The probes this selection reads (``auto`` reads both swap protocols)."""
-        return SWAP if self.policy == AUTO else self.criterion.probes
+        return criteria_mod.SWAP if self.policy == AUTO else self.criterion.probes
 
     @property
     def needs_windows(self) -> bool:
@@ -119,7 +121,7 @@ class SelectionSpec:
 def _strategy(spec: str | None, crit, limits) -> tuple[Strategy, str]:
     name = spec or crit.default_strategy
     strategy = get_strategy(name)
-    if hasattr(strategy, "max_calls"):
+    if isinstance(strategy, Beam):
         strategy.max_calls = limits.max_oracle_calls
         strategy.seeds = limits.beam_seeds
     missing = strategy.needs - crit.provides - {"oracle"}
@@ -156,9 +158,13 @@ def resolve(select: SelectConfig, calibration: CalibrationConfig):
         raise SwappruneError("--protect-first/--protect-last must be >= 0")
     if select.budget is not None and select.budget <= 0:
         raise SwappruneError(f"budget must be >= 1, got {select.budget}")
-    if calibration.adaptive == "on" and select.protocol != AUTO and crit.name not in SWAP:
+    if (
+        calibration.adaptive == "on"
+        and select.protocol != AUTO
+        and crit.name not in criteria_mod.SWAP
+    ):
         raise SwappruneError(
-            f"adaptive calibration works with the swap criteria {', '.join(SWAP)} and auto, "
+            f"adaptive calibration works with the swap criteria {', '.join(criteria_mod.SWAP)} and auto, "
             f"not '{crit.name}'; use --adaptive off"
         )
     return crit, strategy, name

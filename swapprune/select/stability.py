@@ -22,8 +22,10 @@ import numpy as np
 
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.strategies import Constraints, get_strategy
-from swapprune.stats.bootstrap import N_BOOT, resample_indices
+from swapprune.select.constraints import Constraints
+from swapprune.select.strategies import get_strategy
+from swapprune.stats import N_BOOT
+from swapprune.stats.bootstrap import resample_indices
 
 THRESHOLD = 0.5
 # What a user runs to fix an unstable selection (the run command's flags).

@@ -46,6 +46,7 @@ import numpy as np
 
 from swapprune.errors import SwappruneError
 from swapprune.registry import Registry
+from swapprune.select.constraints import Constraints, max_spaced
 
 STRATEGIES: Registry[type[Strategy]] = Registry("strategy")
 
@@ -56,37 +57,6 @@ PairTable = Mapping[tuple[int, int], float]  # (i, j), i < j -> distance
 
 #: everything a strategy may declare in ``needs`` / ``wants``.
 INPUTS = ("oracle", "rescore", "span_scores", "pair_table")
-
-
-@dataclass(frozen=True)
-class Constraints:
-    """Which blocks may be removed.
-
-    Attributes:
-        num_layers: ``L``.
-        protect_first: the first k blocks are never removed.
-        protect_last: the last k blocks are never removed.
-    """
-
-    num_layers: int
-    protect_first: int = 0
-    protect_last: int = 0
-
-    def candidates(self) -> list[int]:
-        return list(range(self.protect_first, self.num_layers - self.protect_last))
-
-    def check_budget(self, budget: int) -> None:
-        L = self.num_layers
-        if budget <= 0:
-            raise SwappruneError(f"budget must be >= 1, got {budget}")
-        if budget >= L:
-            raise SwappruneError(f"budget {budget} would remove every block: the model has {L}")
-        free = len(self.candidates())
-        if budget > free:
-            raise SwappruneError(
-                f"budget {budget} exceeds the {free} removable blocks "
-                f"({L} blocks, first {self.protect_first} and last {self.protect_last} protected)"
-            )
 
 
 @dataclass(frozen=True)
@@ -197,12 +167,6 @@ def _spaced(
         f"budget {inputs.budget} is impossible with removals at least {min_gap} blocks apart "
         f"among blocks {cons.protect_first}..{cons.num_layers - cons.protect_last - 1}"
     )
-
-
-def max_spaced(cons: Constraints, min_gap: int) -> int:
-    """Largest removal count with pairwise index distance >= ``min_gap``."""
-    n = len(cons.candidates())
-    return (n - 1) // min_gap + 1 if n else 0
 
 
 @STRATEGIES.register("greedy")

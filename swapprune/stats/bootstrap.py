@@ -24,9 +24,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-N_BOOT = 1000
-LEVEL = 0.95
-SEED = 0
+from swapprune.stats import LEVEL, N_BOOT, SEED
+
 # Upper bound on resampled elements held at once (rows x units x columns).
 _BLOCK_ELEMENTS = 4_000_000
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.evaluation import contract
+
 SCHEMA = "swapprune.compare/1"
 
 
@@ -182,8 +184,8 @@ def build_results(job, model_id, num_layers, base, cells, scores, tasks) -> dict
             "limit": job.limit,
             "words": job.words,
             "max_length": job.max_length,
-            "stride": job.max_length // 2,
-            "ci": "95% percentile bootstrap, 1000 resamples over the task's units",
+            "stride": contract.stride(job.max_length),
+            "ci": f"95% percentile bootstrap, {job.eval.bootstrap} resamples over the task's units",
             "test": "paired bootstrap of the metric difference over the same units; "
             "tie when its 95% CI includes zero; p-values Holm-adjusted across the "
             "comparisons of one budget; overlap verdict: tie when the two marginal "

@@ -34,10 +34,11 @@ import numpy as np
 
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria as criteria_mod
+from swapprune.select.criteria import SWAP
+from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
 SCHEMA = "swapprune.validity/1"
-SWAP = ("interchange", "replacement")
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -141,7 +142,7 @@ def predictor_validity(
     target=None,
     positions: str = "all",
     batch_size: int = 8,
-    n_boot: int = 1000,
+    n_boot: int = N_BOOT,
     seed: int = 0,
     progress: bool = False,
 ) -> dict:
