@@ -230,3 +230,35 @@ def test_provenance_of_reused_scores_is_their_own_calibration(tmp_path):
     assert (cal["prompts"], cal["tokens"]) == (4, 24)
     assert prov["invocation"]["scores_reused_from"] == str(scores)
     assert json.loads((out / "scores.json").read_text())["calibration"]["prompts"] == 4
+
+
+def test_python_auto_selects_as_the_cli_does(tmp_path):
+    """``swapprune.prune(protocol="auto")`` reaches the same select() with the CLI's settings:
+    the same adaptive tranches of the same window pool, hence the same plan."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = str(save_tiny("llama", tmp_path / "m"))
+    adaptive = ["--tranche", "4", "--max-prompts", "8"]
+    out = tmp_path / "auto"
+    argv = ["--model", model_dir, "--budget", "1", "--protocol", "auto", "--output", str(out)]
+    assert main([*argv, "--no-eval", "--no-selfcheck", *SETTINGS, *adaptive]) == 0
+    cli = json.loads((out / "plan.json").read_text())
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    _, plan = swapprune.prune(
+        model,
+        AutoTokenizer.from_pretrained(model_dir),
+        budget=1,
+        protocol="auto",
+        prompts=4,
+        tokens=32,
+        seed=3,
+        tranche=4,
+        max_prompts=8,
+        progress=False,
+    )
+    assert plan.removed == cli["removed"]
+    auto, cli_auto = plan.scores["auto"], cli["scores"]["auto"]
+    assert auto["adaptive"]["rounds"] == cli_auto["adaptive"]["rounds"]
+    assert auto["adaptive"]["rounds"][0]["windows"] == 4  # tranches, as on the command line
+    assert auto["regime"] == cli_auto["regime"]
