@@ -259,3 +259,19 @@ def test_mismatched_settings_are_refused():
     )
     with pytest.raises(SwappruneError, match="calibration"):
         merge_results([a, b])
+
+
+def test_each_rank_loads_onto_its_own_gpu(monkeypatch):
+    """``swapprune score --device cuda`` (or no --device) under torchrun: rank k gets cuda:k."""
+    from swapprune.loading import default_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert default_device(None) == default_device("cuda") == "cuda"
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert default_device(None) == default_device("auto") == default_device("cuda") == "cuda:3"
+    assert default_device("cuda:0") == "cuda:0" and default_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_device(None) == default_device("auto") == "cpu"
