@@ -24,7 +24,7 @@ against the hardware (block FLOP/s over ``--peak-tflops``):
 ``sleb``, ``naive_sleb``
     SLEB-iterative to ``--sleb-n``; naively each oracle call is one full
     forward of the pruned model, measured on ``--naive-sleb-calls`` calls per
-    step (on the scan's removal path) and scaled by the calls of that step.
+    step (on the fast selection's removal path) and scaled by the calls of that step.
 ``auto``
     ``--protocol auto`` to ``--auto-n`` on the bf16 scan's scores; its naive
     equivalent is the naive scan plus one naive forward per oracle call.
@@ -35,8 +35,8 @@ against the hardware (block FLOP/s over ``--peak-tflops``):
 Every section also records ``torch.cuda.max_memory_allocated`` against the
 model's parameter bytes. Sections run in a fixed priority order; one whose
 estimate (from unit costs measured on the model) does not fit in what is left
-of ``--budget-s`` is skipped and named in the output, so the run ends before
-the budget. JSON goes to ``--json``, else ``$OUT/gpu_bench.json``, else
+of ``--budget-s`` (times ``--margin``) is skipped and named in the output, so
+the run ends by about the budget. JSON goes to ``--json``, else ``$OUT/gpu_bench.json``, else
 ``eval/results/gpu_bench.json`` (``gpu_bench_tiny.json`` with ``--tiny``) and is
 rewritten after every section, so a killed run keeps what it measured.
 """
@@ -209,14 +209,19 @@ def sleb_calls(L: int, n: int) -> int:
 class UnitCosts:
     """Seconds per batch ``[B, T]`` of the pieces the estimates are made of."""
 
-    capture_s: float  # the hooked base pass: embedding + L blocks
+    capture_s: float  # a base pass, taken as L blocks (the embedding and masks are small)
+    first_capture_s: float  # the first base pass as measured (includes the device's warm-up)
     block_s: float  # one block
     head_s: float  # final norm + LM head at every position
     kl_s: float  # swapprune's KL over every position of the batch
 
 
 def unit_costs(model, ids: torch.Tensor, device: str, reps: int) -> UnitCosts:
-    """Best of ``reps`` (after one warm-up) of each piece on one batch."""
+    """Best of ``reps`` (after one warm-up) of each piece on one batch.
+
+    The base pass is run once, not timed repeatedly: on an 8B model in fp32 it
+    takes seconds, and ``L`` times a block predicts it.
+    """
     runner = PlanRunner(model)
     stack = runner.stack
 
@@ -230,15 +235,16 @@ def unit_costs(model, ids: torch.Tensor, device: str, reps: int) -> UnitCosts:
         return out
 
     with torch.no_grad():
+        t0 = clock(device)
         cache = runner.capture(ids)
-        capture = best(lambda: runner.capture(ids))
+        first = clock(device) - t0
         mid = stack.num_layers // 2
         block = best(lambda: runner.run_block(mid, cache.hidden[mid], cache))
         head = best(lambda: stack.head(cache.hidden[-1]))
         a = stack.head(cache.hidden[-1]).reshape(-1, model.config.vocab_size)
         b = stack.head(cache.hidden[-2]).reshape(-1, model.config.vocab_size)
         kl = best(lambda: kl_rows(a, b))
-    return UnitCosts(capture, block, head, kl)
+    return UnitCosts(stack.num_layers * block, first, block, head, kl)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -253,6 +259,7 @@ class Bench:
     scans: dict = field(default_factory=dict)  # (family, dtype) -> ScoreResult
     scan_rows: dict = field(default_factory=dict)  # (family, dtype) -> scan row
     sleb: dict = field(default_factory=dict)  # family -> Selected
+    sleb_call_s: dict = field(default_factory=dict)  # (family, dtype) -> SLEB seconds per call
     naive_call_s: dict = field(default_factory=dict)  # family -> mean naive SLEB call seconds
     report: dict = field(default_factory=dict)
 
@@ -418,6 +425,7 @@ def section_sleb(b: Bench, m: Loaded, estimate: float) -> dict:
         sel = select_blocks(m.model, m.ids, "sleb", a.sleb_n, batch_size=a.batch_size)
         wall = clock(b.device) - t0
     b.sleb[m.family] = sel
+    b.sleb_call_s[(m.family, m.dtype)] = wall / max(1, sel.oracle_calls)
     n, t = m.ids.shape
     evals = sleb_block_evals(m.L, sel.order) * m.n_batches
     block_flop = evals / m.n_batches * n * t * m.fpt
@@ -515,9 +523,15 @@ def section_auto(b: Bench, m: Loaded, estimate: float) -> dict:
         (r for r in b.rows if r["task"] == f"{m.family}:{m.dtype}:naive_scan" and "naive_s" in r),
         None,
     )
-    naive_s = None
-    if naive_scan is not None and (sel.oracle_calls == 0 or m.family in b.naive_call_s):
-        naive_s = naive_scan["naive_s"] + sel.oracle_calls * b.naive_call_s.get(m.family, 0.0)
+    naive_s, call_source = None, None
+    if naive_scan is not None:
+        # One naive oracle call is a plain forward of a pruned model: naive SLEB's mean call
+        # when it ran, else the naive scan's base forward (all L blocks: an upper bound).
+        if m.family in b.naive_call_s:
+            call_s, call_source = b.naive_call_s[m.family], "naive_sleb mean call"
+        else:
+            call_s, call_source = naive_scan["base_s"], "naive_scan base forward"
+        naive_s = naive_scan["naive_s"] + sel.oracle_calls * call_s
     regime = sel.record.get("regime") or {}
     total = scan_s + wall
     return dict(
@@ -531,6 +545,7 @@ def section_auto(b: Bench, m: Loaded, estimate: float) -> dict:
         scan_s=scan_s,
         wall_s=total,
         naive_s=naive_s,
+        naive_call_source=call_source,
         speedup=naive_s / total if naive_s else None,
         certificate=auto_certificate(sel),
         certificate_note=None
@@ -574,8 +589,11 @@ def estimate(section: str, b: Bench, m: Loaded) -> float:
         per = a.naive_sleb_calls or L
         return a.sleb_n * per * nb * (uc.capture_s + uc.head_s)
     if section == "auto":
-        # at most auto's default cap, half of SLEB's calls, each at most a full pass
-        return sleb_calls(L, a.auto_n) / 2 * nb * (uc.capture_s + uc.head_s)
+        # at most auto's default cap, half of SLEB's calls; per call what SLEB's took when
+        # it ran on this model (prefix reuse makes a call about half a pass), else a full pass
+        calls = sleb_calls(L, a.auto_n) / 2
+        sleb = b.sleb_call_s.get((m.family, m.dtype))
+        return calls * (sleb if sleb is not None else nb * (uc.capture_s + uc.head_s))
     raise ValueError(section)
 
 
@@ -591,18 +609,23 @@ NEEDS = {"naive_scan": "scan", "auto": "scan", "naive_sleb": "sleb"}
 
 
 def default_tasks(families: list[str]) -> list[tuple[str, str, str]]:
-    """Priority order: the bf16 scan of every family first, fp32 exact next, selections after.
+    """Priority order: what the issue's targets need first, then the rest of the first
+    family, then the other families.
 
-    With a short budget the guard skips from the end, so what survives is the
-    headline (bf16 scan at 8B, vs naive), the fp32 exactness and speed-up, and
-    the bf16-vs-fp32 ranking of the first family.
+    1. the first family's bf16 scan and its naive run (the headline: bf16 at 8B),
+    2. its fp32 scan and naive run (exactness, the fp32 speed-up, the bf16 ranking check),
+    3. its SLEB and auto,
+    4. every other family: bf16 scan and naive, SLEB and auto, fp32 last.
+
+    The budget guard skips what does not fit, so a short budget loses the end of the list.
     """
     first, rest = families[0], families[1:]
-    tasks = [(first, "bf16", s) for s in ("scan", "naive_scan", "sleb", "naive_sleb", "auto")]
-    tasks += [(f, "bf16", s) for f in rest for s in ("scan", "naive_scan")]
+    tasks = [(first, "bf16", s) for s in ("scan", "naive_scan")]
     tasks += [(first, "fp32", s) for s in ("scan", "naive_scan")]
-    tasks += [(f, "bf16", s) for f in rest for s in ("sleb", "naive_sleb", "auto")]
-    tasks += [(f, "fp32", s) for f in rest for s in ("scan", "naive_scan")]
+    tasks += [(first, "bf16", s) for s in ("sleb", "naive_sleb", "auto")]
+    for f in rest:
+        tasks += [(f, "bf16", s) for s in ("scan", "naive_scan", "sleb", "naive_sleb", "auto")]
+        tasks += [(f, "fp32", s) for s in ("scan", "naive_scan")]
     return tasks
 
 
@@ -710,6 +733,8 @@ def run_tasks(b: Bench, tasks) -> None:
             _free(b.device)
         else:
             b.log(f"{name}: {format_row(b.rows[-1], b.args.peak_tflops)}")
+            if section == "scan":
+                add_ranking(b, family)
         b.save()
     del loaded
     _free(b.device)
@@ -743,35 +768,57 @@ def spearman(a, b) -> float:
     return float((ra * rb).sum() / den) if den else float("nan")
 
 
-def rankings(b: Bench) -> None:
-    """bf16 vs fp32 exact: per family with both scans, per protocol."""
-    for family in b.args.families:
-        r16, r32 = b.scan_rows.get((family, "bf16")), b.scan_rows.get((family, "fp32"))
-        row = dict(
-            task=f"{family}:bf16-vs-fp32:spearman",
-            family=family,
-            dtype="bf16 vs fp32",
-            section="spearman",
+def ranking(b: Bench, family: str) -> dict | None:
+    """bf16 vs fp32 exact for one family, per protocol; ``None`` until both scans exist."""
+    r16, r32 = b.scan_rows.get((family, "bf16")), b.scan_rows.get((family, "fp32"))
+    if r16 is None or r32 is None:
+        return None
+    pairs = r32["pair_list"]
+    out = {}
+    for p in BOTH:
+        d16, d32 = np.array(r16["distances"][p]), np.array(r32["distances"][p])
+        top16 = [pairs[k] for k in np.argsort(d16, kind="stable")[:5]]
+        top32 = [pairs[k] for k in np.argsort(d32, kind="stable")[:5]]
+        out[p] = dict(
+            spearman=spearman(d16, d32),
+            top5_same_set=sorted(top16) == sorted(top32),
+            top5_bf16=top16,
+            top5_fp32=top32,
+            max_rel_err=_rel(d16, d32),
+            median_rel_err=float(np.median(np.abs(d16 - d32) / np.abs(d32))),
         )
-        if r16 is None or r32 is None:
-            b.rows.append(row | dict(status="skipped", reason="needs the bf16 and fp32 scans"))
-            continue
-        pairs = r32["pair_list"]
-        out = {}
-        for p in BOTH:
-            d16, d32 = np.array(r16["distances"][p]), np.array(r32["distances"][p])
-            top16 = [pairs[k] for k in np.argsort(d16, kind="stable")[:5]]
-            top32 = [pairs[k] for k in np.argsort(d32, kind="stable")[:5]]
-            out[p] = dict(
-                spearman=spearman(d16, d32),
-                top5_same_set=sorted(top16) == sorted(top32),
-                top5_bf16=top16,
-                top5_fp32=top32,
-                max_rel_err=_rel(d16, d32),
-                median_rel_err=float(np.median(np.abs(d16 - d32) / np.abs(d32))),
+    same = b.report["families"][family].get("same_weights_every_build")
+    return dict(
+        task=f"{family}:bf16-vs-fp32:spearman",
+        family=family,
+        dtype="bf16 vs fp32",
+        section="spearman",
+        status="done",
+        same_weights=same,
+        **out,
+    )
+
+
+def add_ranking(b: Bench, family: str, final: bool = False) -> None:
+    """Append the family's ranking row once it can be computed (or, at the end, why not)."""
+    task = f"{family}:bf16-vs-fp32:spearman"
+    if any(r["task"] == task for r in b.rows):
+        return
+    row = ranking(b, family)
+    if row is not None:
+        b.rows.append(row)
+        b.log(f"{task}: " + ", ".join(f"{p} {row[p]['spearman']:.4f}" for p in BOTH))
+    elif final:
+        b.rows.append(
+            dict(
+                task=task,
+                family=family,
+                dtype="bf16 vs fp32",
+                section="spearman",
+                status="skipped",
+                reason="needs the bf16 and fp32 scans",
             )
-        same = b.report["families"][family].get("same_weights_every_build")
-        b.rows.append(row | dict(status="done", same_weights=same, **out))
+        )
 
 
 def targets(b: Bench) -> list[dict]:
@@ -1002,7 +1049,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--budget-s",
         type=float,
         default=None,
-        help="stop starting sections after this many seconds from start (default 420, tiny 120)",
+        help="stop starting sections after this many seconds from start (default 450, tiny 120)",
     )
     ap.add_argument(
         "--margin",
@@ -1097,7 +1144,8 @@ def main(argv=None) -> int:
     patterns = a.tasks.split(",") if a.tasks else None
     tasks = [t for t in default_tasks(a.families) if _selected(t, patterns)]
     run_tasks(b, tasks)
-    rankings(b)
+    for family in a.families:
+        add_ranking(b, family, final=True)
     b.report["targets"] = targets(b) if not a.tiny else []
     b.report["skipped"] = [
         dict(task=r["task"], reason=r["reason"]) for r in b.rows if r["status"] == "skipped"

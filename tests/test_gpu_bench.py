@@ -235,3 +235,17 @@ def test_gpu_mode_needs_cuda(bench):
         pytest.skip("this machine has CUDA")
     with pytest.raises(SystemExit):
         bench.parse_args([])
+
+
+def test_targets_and_table_of_a_gpu_report(bench, tiny_run, tmp_path):
+    """The GPU-only parts of the report (targets, the table's target lines) on the tiny rows."""
+    _, report, _ = tiny_run
+    args = bench.parse_args(["--tiny"])
+    b = bench.Bench(args, "cuda", tmp_path / "g.json", rows=report["rows"])
+    b.report = dict(report)
+    b.report["targets"] = got = bench.targets(b)
+    names = sorted({t["target"] for t in got})
+    assert len(names) == 5 and len(got) == 10  # 5 targets x 2 families
+    assert all(isinstance(t["met"], bool) and t["task"] for t in got)
+    text = bench.table(b)
+    assert text.count("\ntarget ") == 10 and "max_memory_allocated" in text
