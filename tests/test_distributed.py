@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from tiny_models import tiny_ids, tiny_model
+from tiny_models import save_tiny, tiny_ids, tiny_model
 
 from swapprune.engine.scoring import score
 from swapprune.engine.sharding import merge_results, merge_timing, score_sharded, shard_env
@@ -128,6 +131,101 @@ def test_torchrun_subprocess(tmp_path, reference):
     assert _strip(json.loads(out.read_text())) == _strip(reference)
 
 
+def _per_window_bits(scores: dict) -> dict:
+    """Every per-window value of a scores.json, as the bits of its float64 (NaN for gaps)."""
+    out = {}
+    for row in scores["pairs"]:
+        for protocol in ("replacement", "interchange"):
+            values = row[protocol]["per_window"]
+            lists = values if protocol == "replacement" else [values]
+            for k, v in enumerate(lists):
+                key = (row["i"], row["j"], protocol, k)
+                out[key] = np.array([math.nan if x is None else x for x in v]).view(np.uint64)
+    for row in scores["deletion"]:
+        v = row["per_window"]
+        out[(row["layer"], "deletion")] = np.array([math.nan if x is None else x for x in v]).view(
+            np.uint64
+        )
+    return out
+
+
+@pytest.mark.slow
+def test_torchrun_command_equals_one_process_bitwise(tmp_path):
+    """The documented command, ``torchrun --nproc_per_node 2 -m swapprune score``, on a model
+    directory: every per-window value has the bits of a single process's, and the rest of
+    the file (CIs, summaries, meta) is equal apart from ``timing``."""
+    model_dir = save_tiny(FAMILY, tmp_path / "model")
+    args = [
+        "score",
+        "--model",
+        str(model_dir),
+        "--device",
+        "cpu",
+        "--prompts",
+        "6",
+        "--tokens",
+        "12",
+        "--batch-size",
+        "2",
+        "--pairs",
+        "all",
+        "--probes",
+        "replacement,interchange,deletion",
+        "--bootstrap",
+        "50",
+        "--no-progress",
+    ]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        SWAPPRUNE_TOKEN_CACHE="0",
+    )
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    single = subprocess.run(
+        [sys.executable, "-m", "swapprune", *args, "--output", str(one)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert single.returncode == 0, single.stderr[-3000:]
+    launcher = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which(
+        "torchrun"
+    )
+    if launcher is None:
+        pytest.skip("no torchrun executable next to this python or on PATH")
+    sharded = subprocess.run(
+        [
+            launcher,
+            "--nproc_per_node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            "-m",
+            "swapprune",
+            *args,
+            "--output",
+            str(two),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert sharded.returncode == 0, sharded.stderr[-3000:]
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b["timing"]["world_size"] == 2 and "world_size" not in a["timing"]
+    bits_a, bits_b = _per_window_bits(a), _per_window_bits(b)
+    assert len(bits_a) == 15 * 3 + 6  # all pairs of 6 blocks x 3 plans, + 6 deletions
+    assert bits_a.keys() == bits_b.keys()
+    for key in bits_a:
+        assert np.array_equal(bits_a[key], bits_b[key]), key
+    assert _strip(a) == _strip(b)
+
+
 def test_no_torchrun_env_is_plain_score(tmp_path, monkeypatch, reference):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
@@ -161,3 +259,19 @@ def test_mismatched_settings_are_refused():
     )
     with pytest.raises(SwappruneError, match="calibration"):
         merge_results([a, b])
+
+
+def test_each_rank_loads_onto_its_own_gpu(monkeypatch):
+    """``swapprune score --device cuda`` (or no --device) under torchrun: rank k gets cuda:k."""
+    from swapprune.loading import default_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert default_device(None) == default_device("cuda") == "cuda"
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert default_device(None) == default_device("auto") == default_device("cuda") == "cuda:3"
+    assert default_device("cuda:0") == "cuda:0" and default_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_device(None) == default_device("auto") == "cpu"

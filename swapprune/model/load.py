@@ -115,11 +115,21 @@ def resolve_dtype(name: str | None, device: str):
 
 
 def default_device(device: str | None) -> str:
-    if device and device != "auto":
+    """The device a model is loaded on: ``device``, else CUDA when present, else the CPU.
+
+    Under torchrun (``WORLD_SIZE`` and ``LOCAL_RANK`` set) a bare ``cuda`` is this rank's
+    own GPU, ``cuda:LOCAL_RANK``: otherwise every rank of a sharded run loads onto GPU 0.
+    """
+    if device and device not in ("auto", "cuda"):
         return device
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device != "cuda" and not torch.cuda.is_available():
+        return "cpu"
+    local = os.environ.get("LOCAL_RANK")
+    if local is not None and "WORLD_SIZE" in os.environ:
+        return f"cuda:{int(local)}"
+    return "cuda"
 
 
 def load_model(
