@@ -8,7 +8,7 @@ nothing is installed or downloaded, and none of gguf, lm-eval, optimum or
 llm-compressor is imported. The models are random-weight Llama-3.1-8B and
 Qwen3-8B shapes (``gpu_bench_models.py``), the windows random token ids.
 
-Sections, each timed against the same-process naive run (``swapprune.naive``:
+Sections, each timed against the same-process naive run (``swapprune.engine.naive``:
 one full forward of every modified model, logits at every position) and
 against the hardware (block FLOP/s over ``--peak-tflops``):
 
@@ -74,12 +74,12 @@ from gpu_bench_models import (  # noqa: E402
     random_windows,
 )
 
-from swapprune import naive  # noqa: E402
-from swapprune.architectures import decoder_stack  # noqa: E402
-from swapprune.engine.plans import pair_probe_plans, parse_pairs  # noqa: E402
+from swapprune.engine import naive  # noqa: E402
+from swapprune.engine.orders import pair_probe_plans, parse_pairs  # noqa: E402
 from swapprune.engine.probes import kl_rows  # noqa: E402
 from swapprune.engine.runner import PlanRunner  # noqa: E402
 from swapprune.engine.scoring import score  # noqa: E402
+from swapprune.model.stack import decoder_stack  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- selection adapter
@@ -110,16 +110,18 @@ def select_blocks(
     model, windows: torch.Tensor, protocol: str, budget: int, *, batch_size: int, scores=None
 ) -> Selected:
     """Select ``budget`` blocks with ``protocol`` (``sleb``, ``auto``) on ``windows`` ``[N, T]``."""
-    from swapprune.calibration import Calibration
-    from swapprune.pruning import PruneRequest, plan_pruning
+    from swapprune.api import plan_pruning
+    from swapprune.calibration.windows import Calibration
 
     plan, _ = plan_pruning(
         model,
         None,
-        PruneRequest(budget=budget, protocol=protocol),
+        budget=budget,
+        protocol=protocol,
         scores=scores,
         calibration=Calibration(windows, "random", 0),
         batch_size=batch_size,
+        adaptive="off",  # the scan's probes, reused: no tranches
         progress=False,
     )
     s = plan.scores

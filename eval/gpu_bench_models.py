@@ -111,9 +111,9 @@ def build_model(name: str, dtype: torch.dtype, device: str, seed: int = 0, tiny:
 
     Returns:
         ``(model, fp32_fingerprint)``: the fingerprint of the float32 weights
-        before the cast (:func:`swapprune.fingerprint.model_fingerprint`).
+        before the cast (:func:`swapprune.model.fingerprint.model_fingerprint`).
     """
-    from swapprune.fingerprint import model_fingerprint
+    from swapprune.model.fingerprint import model_fingerprint
 
     cfg = config_of(name, tiny)
     torch.manual_seed(seed)

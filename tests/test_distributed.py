@@ -263,7 +263,7 @@ def test_mismatched_settings_are_refused():
 
 def test_each_rank_loads_onto_its_own_gpu(monkeypatch):
     """``swapprune score --device cuda`` (or no --device) under torchrun: rank k gets cuda:k."""
-    from swapprune.loading import default_device
+    from swapprune.model.load import default_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
