@@ -40,6 +40,7 @@ def plan_pruning(
     *,
     calibration=None,
     scores=None,
+    heldout=None,
     model_id: str | None = None,
     progress: bool = True,
     **settings: Any,
@@ -53,6 +54,9 @@ def plan_pruning(
         calibration: windows to use instead of ``calib``/``prompts``/``tokens``
             (:class:`~swapprune.calibration.windows.Calibration`).
         scores: a :class:`~swapprune.engine.scores.ScoreResult` to reuse instead of probing.
+        heldout: :class:`~swapprune.select.certify.Heldout` windows for the certificate and
+            ``auto``'s search (default: cut from the calibration source with ``tokenizer``,
+            none of them touching a calibration window; none without a tokenizer).
         model_id: recorded in the plan (default: the model's ``name_or_path``).
         progress: progress bars while probing.
         **settings: fields of :class:`~swapprune.config.SelectConfig` (``budget``,
@@ -78,7 +82,9 @@ def plan_pruning(
         if tokenizer is None:
             raise SwappruneError("selection needs calibration windows: pass a tokenizer")
         calibration = stages.calibrate(cfg, loaded)
-    return stages.select(cfg, loaded, calibration, scores, progress)
+    if heldout is None and selection is not None:
+        heldout = stages.heldout(cfg, loaded, calibration)
+    return stages.select(cfg, loaded, calibration, scores, progress, heldout)
 
 
 def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "interchange", **kw):

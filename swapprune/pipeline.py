@@ -106,14 +106,18 @@ def run(
         book.metrics["calibration"] = scores.meta.get("calibration")
         book.metrics["scores_reused_from"] = str(Path(cfg.prune.scores).absolute())
     if cfg.prune:
+        heldout = None
+        if cfg.prune.plan is None:
+            heldout = book.stage("held-out windows", stages.heldout, cfg, loaded, calibration)
         plan, scores = book.stage(
-            "select", stages.select, cfg, loaded, calibration, scores, progress
+            "select", stages.select, cfg, loaded, calibration, scores, progress, heldout
         )
     else:
-        plan, scores = stages.select(
-            cfg, loaded, calibration, scores, progress
-        )  # the identity plan
+        plan, scores = stages.select(cfg, loaded, calibration, scores, progress)  # identity
     res.plan, res.scores = plan, scores
+    for key in ("certificate", "compute"):
+        if key in plan.scores:
+            book.metrics[key] = plan.scores[key]
     if cfg.prune and cfg.prune.plan is None:
         stages.stability(cfg, loaded, plan, scores, book)
     if cfg.cost is not None and cfg.prune:

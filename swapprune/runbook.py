@@ -92,6 +92,9 @@ class RunBook:
         ids = calibration.input_ids[:2] if calibration is not None else None
         dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
         record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}
+        for key in ("certificate", "compute"):
+            if key in plan.scores:
+                record[key] = plan.scores[key]
         self.metrics["selfcheck"] = write_checkpoint(
             model,
             tok,
@@ -148,6 +151,33 @@ def card_lines(metrics: dict, plan) -> list[str]:
             f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
             "over windows of the matched contract).",
             *([f"- **{cost['warning']}**"] if cost.get("warning") else []),
+            "",
+        ]
+    cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
+    if cert and cert.get("summary"):
+        verdict = "is certified" if cert["certified"] else "is **not** certified"
+        lines += [
+            "## Can this cut be trusted?",
+            "",
+            f"The cut {verdict}: against the {len(cert['sets'])} plausible alternatives "
+            f"({cert['plausible_from']}), measured on {cert['heldout']['windows']} held-out "
+            f"windows that the scoring never saw, it may be worse than the best of them by at "
+            f"most {cert['r95_points']:.2f} dPPL points (95% bootstrap quantile of the regret; "
+            f"tolerance {cert['delta_points']:.2f}).",
+            "",
+            *(
+                [
+                    f"- The criterion chose {cert['chosen']}; {cert['kept']} was better on the "
+                    f"held-out windows by {cert['gain_points']:.2f} points and was kept."
+                ]
+                if cert["switched"]
+                else []
+            ),
+            *(
+                [f"- {cert['mass_outside']:.0%} of the selection's bootstrap fell outside them."]
+                if cert.get("mass_outside") is not None
+                else []
+            ),
             "",
         ]
     stab = metrics.get("stability")

@@ -109,6 +109,36 @@ def calibrate(config: RunConfig, loaded: Loaded):
     )
 
 
+def heldout(config: RunConfig, loaded: Loaded, calibration):
+    """Held-out windows of the selection (:class:`~swapprune.select.certify.Heldout`), or ``None``.
+
+    Built when the cut is certified or ``auto`` may verify, and a tokenizer can cut
+    text: ``prune.heldout_prompts`` windows of ``heldout_tokens`` from
+    ``heldout_calib`` (default: the calibration source), none of them touching a
+    scoring window; ``auto`` gets as many more for its search, touching neither.
+    """
+    spec, p = loaded.selection, config.prune
+    if spec is None or p is None or loaded.tokenizer is None:
+        return None
+    if not (spec.certify or spec.policy == "auto"):
+        return None
+    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.config.select import heldout_tokens
+    from swapprune.select.certify import Heldout
+
+    c = config.calibration
+    tokens = heldout_tokens(p, loaded.facts.context_length)
+    source = p.heldout_calib or c.calib
+    avoid = [calibration] if calibration is not None else []
+    certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)
+    verify = None
+    if spec.policy == "auto":
+        verify = heldout_windows(
+            loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify]
+        )
+    return Heldout(certify, verify)
+
+
 def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):
     """Probe the model (``config.score``); with an output file, flushed and resumable.
 
@@ -176,8 +206,17 @@ def _same_model(expected, loaded: Loaded, what: str) -> None:
     check_same_model(expected, model_fingerprint(loaded.model), what)
 
 
-def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: bool = True):
+def select(
+    config: RunConfig,
+    loaded: Loaded,
+    calibration,
+    scores,
+    progress: bool = True,
+    heldout=None,
+):
     """The plan: read from ``prune.plan``, chosen by :func:`swapprune.select.select`, or identity.
+
+    ``heldout``: the windows of :func:`heldout` (certificate, ``auto``'s search).
 
     Returns:
         ``(plan, scores)``: scores the selection measured itself, or those given.
@@ -203,6 +242,7 @@ def select(config: RunConfig, loaded: Loaded, calibration, scores, progress: boo
         loaded.selection,
         calibration,
         scores,
+        heldout=heldout,
         model_id=loaded.source.id,
         progress=progress,
     )

@@ -15,6 +15,7 @@ from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria, select
 from swapprune.select.auto import decision_lines, shortlist
+from swapprune.select.certify import Heldout
 from swapprune.select.constraints import Constraints
 from swapprune.select.search import beam_over
 from swapprune.select.spec import build
@@ -51,10 +52,19 @@ def auto_spec(budget=1, **kw):
     return dataclasses.replace(spec, n_boot=200)
 
 
-def run(model, calib, scores, budget=1, **kw):
+def held():
+    """Held-out windows, none of them the scoring windows: certify and verify sets."""
+    return Heldout(
+        certify=Calibration(tiny_ids(6, 16, seed=11), "tensor", 11),
+        verify=Calibration(tiny_ids(6, 16, seed=12), "tensor", 12),
+    )
+
+
+def run(model, calib, scores, budget=1, heldout="new", **kw):
     from swapprune.select.auto import select_auto
 
-    return select_auto(model, auto_spec(budget), calib, scores, **kw)
+    heldout = held() if heldout == "new" else heldout
+    return select_auto(model, auto_spec(budget), calib, scores, heldout=heldout, **kw)
 
 
 def test_divergent_acts_interchange_guided(model, calib):
@@ -77,22 +87,39 @@ def test_tie_like_says_they_tie(model, calib):
     assert any("the protocols tie" in line for line in decision_lines(d))
 
 
-def test_both_high_verifies_on_the_pruned_model(model, calib):
+def test_both_high_verifies_on_held_out_windows(model, calib):
     s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
-    plan, _ = run(model, calib, s, budget=2, width=100, max_calls=1000, shortlist_size=3)
+    h = held()
+    plan, _ = run(model, calib, s, budget=2, heldout=h, width=100, max_calls=1000, shortlist_size=3)
     d = plan.scores["auto"]
     assert d["regime"]["call"] == "both-high" and d["action"].startswith("verify")
     cons = Constraints(L)
     ctx = criteria.Context(L, scores=s)
     imps = [criteria.get(p).importance(ctx) for p in ("interchange", "replacement")]
     assert d["shortlist"] == shortlist(imps, 2, cons, 3)
-    # an unbounded beam over the shortlist is exhaustive: it finds the cheapest pair
-    oracle = CalibrationOracle(model, calib.input_ids, 8, "ppl")
+    # an unbounded beam over the shortlist is exhaustive: it finds the cheapest pair on the
+    # verify windows, never on the scoring windows
+    oracle = CalibrationOracle(model, h.verify.input_ids, 8, "ppl")
     costs = {c: oracle.cost(c) for c in combinations(d["shortlist"], 2)}
-    assert tuple(plan.removed) == min(costs, key=costs.get)
+    assert tuple(d["verified"]) == min(costs, key=costs.get)
+    assert d["oracle_windows"] == list(h.verify.input_ids.shape)
     assert d["oracle_calls"] == d["beam"]["calls"] + 1  # + the base model's cost
-    assert plan.strategy.startswith("auto-verify") and d["chosen"] == plan.removed
-    assert any("verified" in line for line in decision_lines(d))
+    # the verified set challenges interchange's choice on the certify windows
+    cert = plan.scores["certificate"]
+    assert cert["chosen"] == d["selections"]["interchange"]
+    assert d["verified"] in [row["set"] for row in cert["sets"]]
+    assert plan.removed == cert["kept"] == d["chosen"]
+    assert cert["switched"] == (cert["kept"] != cert["chosen"])
+    assert plan.strategy.startswith("auto-verify")
+    assert any("beam on held-out windows" in line for line in decision_lines(d))
+
+
+def test_both_high_without_held_out_windows_says_it_did_not_verify(model, calib):
+    s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
+    plan, _ = run(model, calib, s, budget=2, heldout=None)
+    d = plan.scores["auto"]
+    assert "not run: no held-out windows" in d["action"] and "beam" not in d
+    assert plan.removed == d["selections"]["interchange"]
 
 
 def test_both_high_respects_the_oracle_cap(model, calib):

@@ -44,7 +44,7 @@ def test_errors(tmp_path):
     with pytest.raises(SwappruneError, match="context"):
         load_calibration(TOK, None, prompts=2, tokens=300, max_positions=256)
     with pytest.raises(SwappruneError, match="not found"):
-        load_calibration(TOK, str(tmp_path / "missing.txt"))
+        load_calibration(TOK, str(tmp_path / "missing.txt"), prompts=2, tokens=8)
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"txt": "no"}\n')
     with pytest.raises(SwappruneError, match="'text' field"):

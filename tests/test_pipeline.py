@@ -13,27 +13,21 @@ SETTINGS = ["--prompts", "4", "--tokens", "32", "--seed", "3", "--no-progress"]
 
 
 def test_prune_run_compare_and_python_agree(tmp_path):
+    """The CLI, a recipe and the Python API give one plan, certified alike; compare measures
+    the criterion's own choice, which is the plan of a run without the certificate."""
     model_dir = str(save_tiny("llama", tmp_path / "m"))
     for criterion in ("interchange", "replacement"):
-        pruned = tmp_path / f"pruned-{criterion}"
-        assert (
-            main(
-                [
-                    "--model",
-                    model_dir,
-                    "--budget",
-                    "2",
-                    "--protocol",
-                    criterion,
-                    "--output",
-                    str(pruned),
-                    "--no-selfcheck",
-                    *SETTINGS,
-                ]
-            )
-            == 0
-        )
-        removed = json.loads((pruned / "plan.json").read_text())["removed"]
+        plans = {}
+        for certify in (True, False):
+            pruned = tmp_path / f"pruned-{criterion}-{certify}"
+            flags = [] if certify else ["--no-certify"]
+            argv = ["--model", model_dir, "--budget", "2", "--protocol", criterion]
+            assert main([*argv, "--output", str(pruned), "--no-selfcheck", *SETTINGS, *flags]) == 0
+            plans[certify] = json.loads((pruned / "plan.json").read_text())
+        removed = plans[True]["removed"]
+        cert = plans[True]["scores"]["certificate"]
+        assert cert["chosen"] == plans[False]["removed"] and cert["kept"] == removed
+        assert "certificate" not in plans[False]["scores"]
 
         recipe = tmp_path / f"{criterion}.yaml"
         recipe.write_text(
@@ -47,30 +41,13 @@ def test_prune_run_compare_and_python_agree(tmp_path):
             )
         )
         assert main(["run", str(recipe), "--no-progress"]) == 0
-        ran = json.loads((tmp_path / f"run-{criterion}" / "plan.json").read_text())["removed"]
+        ran = json.loads((tmp_path / f"run-{criterion}" / "plan.json").read_text())
+        assert ran["scores"]["certificate"] == cert
 
         cmp = tmp_path / f"cmp-{criterion}"
-        assert (
-            main(
-                [
-                    "compare",
-                    "--model",
-                    model_dir,
-                    "--budgets",
-                    "2",
-                    "--criteria",
-                    criterion,
-                    "--output",
-                    str(cmp),
-                    "--words",
-                    "100",
-                    "--max-length",
-                    "64",
-                    *SETTINGS,
-                ]
-            )
-            == 0
-        )
+        argv = ["compare", "--model", model_dir, "--budgets", "2", "--criteria", criterion]
+        more = ["--output", str(cmp), "--words", "100", "--max-length", "64", *SETTINGS]
+        assert main([*argv, *more]) == 0
         compared = json.loads((cmp / "results.json").read_text())["budgets"][0]["methods"]
         cfg = RunConfig(
             model=ModelConfig(model_dir),
@@ -78,7 +55,8 @@ def test_prune_run_compare_and_python_agree(tmp_path):
             prune=SelectConfig(budget=2, protocol=criterion),
         )
         api = swapprune.run(cfg, progress=False).plan.removed
-        assert removed == ran == compared[criterion]["removed"] == api, criterion
+        assert removed == ran["removed"] == api, criterion
+        assert compared[criterion]["removed"] == plans[False]["removed"], criterion
         assert len(removed) == 2
 
 
@@ -110,7 +88,9 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
         "divergent",
         "both-high",
     )
-    assert plan["scores"]["auto"]["adaptive"]["stopped"] in ("stable", "max windows")
+    # tranches stop on the certificate, or at the cap
+    assert plan["scores"]["auto"]["adaptive"]["stopped"] in ("certified", "max windows")
+    assert plan["scores"]["certificate"]["kept"] == plan["removed"]
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["cost"]["dppl"] == json.loads((out / "metrics.json").read_text())["cost"]["dppl"]
     assert "## Regime and action (--protocol auto)" in (out / "README.md").read_text()
@@ -137,9 +117,15 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     )
     plan = json.loads((out / "plan.json").read_text())
     assert plan["scores"]["adaptive"]["windows"] <= 16
-    assert plan["scores"]["stability"]["chosen"] == plan["removed"]
+    cert = plan["scores"]["certificate"]
+    assert plan["scores"]["stability"]["chosen"] == cert["chosen"]
+    assert cert["kept"] == plan["removed"]
     # The stopping rule judged the selection the plan made (same residual tie-break).
-    assert plan["scores"]["adaptive"]["rounds"][-1]["chosen"]["interchange"] == plan["removed"]
+    last = plan["scores"]["adaptive"]["rounds"][-1]
+    assert last["chosen"]["interchange"] == cert["chosen"]
+    assert last["certificate"]["certified"] == (
+        plan["scores"]["adaptive"]["stopped"] == "certified"
+    )
     assert "cost" not in json.loads((out / "metrics.json").read_text())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,18 +22,22 @@ import torch
 from swapprune.calibration.tokens import encode
 from swapprune.errors import SwappruneError
 
-DEFAULT_PROMPTS = 64
-DEFAULT_TOKENS = 128
 DEFAULT_SOURCE = "wikitext2-valid"
 
 
 @dataclass
 class Calibration:
-    """Token windows ``input_ids`` ``[N, T]`` and where they came from."""
+    """Token windows ``input_ids`` ``[N, T]`` and where they came from.
+
+    ``spans``: for windows cut from a text, the ``[start, end)`` positions of each
+    window's text tokens in the text's token ids (held-out windows avoid them);
+    for a ``.jsonl`` prompt set, the record indices used, as ``[i, i + 1)``.
+    """
 
     input_ids: torch.Tensor
     source: str
     seed: int
+    spans: list[tuple[int, int]] | None = None
 
     def describe(self) -> dict:
         n, t = self.input_ids.shape
@@ -51,7 +56,7 @@ def vendored_text(name: str) -> str:
     return resources.files("swapprune.data").joinpath(name).read_text(encoding="utf-8")
 
 
-def _bos(tokenizer) -> list[int]:
+def bos_ids(tokenizer) -> list[int]:
     """``[bos]`` if the tokenizer adds one by default, else ``[]``."""
     ids = tokenizer("a").input_ids
     bos = tokenizer.bos_token_id
@@ -66,7 +71,7 @@ def windows_from_text(
     Windows get the tokenizer's BOS first when it adds one by default (Gemma
     needs it); the pick is a seeded sample, kept in text order.
     """
-    bos = _bos(tokenizer)
+    bos = bos_ids(tokenizer)
     body = tokens - len(bos)
     ids = encode(tokenizer, text, add_special_tokens=False)
     available = len(ids) // body
@@ -78,17 +83,25 @@ def windows_from_text(
     rng = np.random.default_rng(seed)
     starts = np.sort(rng.choice(available, size=prompts, replace=False)) * body
     rows = [bos + ids[s : s + body] for s in starts]
-    return Calibration(torch.tensor(rows, dtype=torch.long), source, seed)
+    spans = [(int(s), int(s) + body) for s in starts]
+    return Calibration(torch.tensor(rows, dtype=torch.long), source, seed, spans)
 
 
-def windows_from_jsonl(path: Path, tokenizer, prompts: int, tokens: int) -> Calibration:
-    """The first ``prompts`` records' ``text``, tokenized with default special tokens, cut to ``tokens``."""
+def windows_from_jsonl(
+    path: Path, tokenizer, prompts: int | None, tokens: int, skip: Collection[int] = ()
+) -> Calibration:
+    """The first ``prompts`` records' ``text``, tokenized with default special tokens, cut to ``tokens``.
+
+    ``prompts`` ``None``: every record with at least ``tokens`` tokens, shorter ones
+    skipped (the held-out pick); ``skip``: 0-based record indices to leave out.
+    """
     rows: list[list[int]] = []
+    used: list[tuple[int, int]] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if len(rows) == prompts:
                 break
-            if not line.strip():
+            if not line.strip() or lineno - 1 in skip:
                 continue
             try:
                 rec = json.loads(line)
@@ -98,22 +111,25 @@ def windows_from_jsonl(path: Path, tokenizer, prompts: int, tokens: int) -> Cali
                     f"{path}:{lineno}: expected a JSON object with a 'text' field"
                 ) from None
             ids = tokenizer(text).input_ids
+            if len(ids) < tokens and prompts is None:
+                continue
             if len(ids) < tokens:
                 raise SwappruneError(
                     f"{path}:{lineno}: record {len(rows)} has {len(ids)} tokens, fewer than "
                     f"--tokens {tokens}; lower --tokens or drop the record"
                 )
             rows.append(ids[:tokens])
-    if len(rows) < prompts:
+            used.append((lineno - 1, lineno))
+    if prompts is not None and len(rows) < prompts:
         raise SwappruneError(f"{path} has {len(rows)} records, {prompts} asked; lower --prompts")
-    return Calibration(torch.tensor(rows, dtype=torch.long), str(path), 0)
+    return Calibration(torch.tensor(rows, dtype=torch.long), str(path), 0, used)
 
 
 def load_calibration(
     tokenizer,
-    source: str | None = None,
-    prompts: int = DEFAULT_PROMPTS,
-    tokens: int = DEFAULT_TOKENS,
+    source: str | None,
+    prompts: int,
+    tokens: int,
     seed: int = 0,
     max_positions: int | None = None,
 ) -> Calibration:
@@ -134,25 +150,27 @@ def load_calibration(
             f"--tokens {tokens} exceeds the model's context of {max_positions} tokens"
         )
     source = source or DEFAULT_SOURCE
-    if source == DEFAULT_SOURCE:
-        return windows_from_text(
-            vendored_text("wiki.valid.raw"), tokenizer, prompts, tokens, seed, source
-        )
     path = Path(source)
     if path.suffix == ".jsonl":
         if not path.is_file():
             raise SwappruneError(f"calibration file {path} not found")
         return windows_from_jsonl(path, tokenizer, prompts, tokens)
+    return windows_from_text(source_text(source), tokenizer, prompts, tokens, seed, source)
+
+
+def source_text(source: str) -> str:
+    """The text behind a text source: the vendored default, a ``.txt`` file, a ``datasets`` name."""
+    if source == DEFAULT_SOURCE:
+        return vendored_text("wiki.valid.raw")
+    path = Path(source)
     if path.suffix == ".txt" or path.is_file():
         if not path.is_file():
             raise SwappruneError(f"calibration file {path} not found")
-        return windows_from_text(
-            path.read_text(encoding="utf-8"), tokenizer, prompts, tokens, seed, str(path)
-        )
-    return _from_datasets(source, tokenizer, prompts, tokens, seed)
+        return path.read_text(encoding="utf-8")
+    return _from_datasets(source)
 
 
-def _from_datasets(name: str, tokenizer, prompts: int, tokens: int, seed: int) -> Calibration:
+def _from_datasets(name: str) -> str:
     parts = name.split(":")
     try:
         import datasets
@@ -175,5 +193,4 @@ def _from_datasets(name: str, tokenizer, prompts: int, tokens: int, seed: int) -
             f"calibration data set '{name}' has no 'text' column (columns: "
             f"{', '.join(ds.column_names)})"
         )
-    text = "\n".join(t for t in ds["text"] if t)
-    return windows_from_text(text, tokenizer, prompts, tokens, seed, name)
+    return "\n".join(t for t in ds["text"] if t)

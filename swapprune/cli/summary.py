@@ -54,11 +54,21 @@ def print_prune_summary(res) -> None:
             f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
             f"stopped: {adaptive['stopped']}"
         )
+    cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
+    if cert and cert.get("summary"):
+        print(cert["summary"])
+        if not cert["certified"]:
+            print(certificate_fix(cert))
+    elif cert and cert.get("skipped"):
+        print(f"certificate: not measured ({cert['skipped']})")
     stability = res.metrics.get("stability")
     if stability:
         print(stability["summary"])
-        if stability.get("warning"):
+        if stability.get("warning") and not (cert and cert.get("certified")):
             print(stability["warning"])
+    compute = plan.scores.get("compute") if isinstance(plan.scores, dict) else None
+    if compute:
+        print(compute_line(compute))
     cost = res.metrics.get("cost")
     if cost:
         print(cost["summary"])
@@ -152,3 +162,28 @@ def print_run_summary(res) -> None:
         print(f"recovered fraction ({rec['primary']}): " + (f"{f:.3f}" if f is not None else "n/a"))
     if res.output is not None:
         print(f"run directory: {res.output}")
+
+
+def certificate_fix(cert: dict) -> str:
+    """What to run when a cut is not certified."""
+    n = cert["heldout"]["windows"]
+    return (
+        f"not certified: a plausible set may be up to {cert['r95_points']:.2f} dPPL points "
+        f"better (tolerance {cert['delta_points']:.2f}); next: more held-out windows "
+        f"(--heldout-prompts {2 * n}) for a sharper certificate, --adaptive on to probe "
+        "until certified, or a looser --certify-delta"
+    )
+
+
+def compute_line(compute: dict) -> str:
+    """Block evaluations of the selection, by kind (block-tokens in brackets)."""
+    parts = [
+        f"{k} {v['block_evals']} [{v['block_tokens']:,}]"
+        for k, v in compute.items()
+        if k != "total" and v["block_evals"]
+    ]
+    total = compute["total"]
+    return (
+        f"compute: {total['block_evals']} block evaluations [{total['block_tokens']:,} "
+        f"block-tokens]" + (f": {', '.join(parts)}" if parts else "")
+    )

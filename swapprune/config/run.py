@@ -100,6 +100,10 @@ class RunConfig:
 
             parse_pairs(self.score.pairs, facts.num_layers)
         ctx = facts.context_length
+        if self.prune is not None and self.prune.plan is None and self.prune.certify:
+            from swapprune.config.select import heldout_tokens
+
+            heldout_tokens(self.prune, ctx)
         if ctx is not None and self.calibration.tokens > ctx:
             raise SwappruneError(
                 f"tokens {self.calibration.tokens} exceeds the model's context length {ctx}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swapprune.config.fields import opt, positive
+from swapprune.config.fields import check_text_file, opt, positive
 from swapprune.errors import SwappruneError
 
 if TYPE_CHECKING:
@@ -46,6 +46,33 @@ class SelectConfig:
         "top 12 interchange candidates)",
     )
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
+    certify: bool = opt(
+        True,
+        "certify the cut: its regret against the plausible alternatives, measured on "
+        "held-out windows (and keep a challenger that is clearly better)",
+    )
+    certify_sets: int = opt(
+        6, "certificate: at most this many plausible sets, the chosen one included"
+    )
+    certify_floor: float = opt(
+        0.05,
+        "certificate: a set is plausible when the selection's bootstrap picks it at least "
+        "this often",
+    )
+    certify_delta: float | None = opt(
+        None,
+        "certificate: regret tolerance in dPPL points (default: 1 point or 5% of the "
+        "cut's cost, whichever is larger)",
+    )
+    heldout_prompts: int = opt(
+        8, "held-out windows of the certificate (auto searches on as many more)"
+    )
+    heldout_tokens: int | None = opt(
+        None, "tokens per held-out window (default: 512, or the model's context if shorter)"
+    )
+    heldout_calib: str | None = opt(
+        None, "source of the held-out windows (default: the calibration source)"
+    )
     stability_threshold: float = opt(
         0.5,
         "warn when the chosen set comes out in fewer bootstrap "
@@ -69,7 +96,33 @@ class SelectConfig:
             raise SwappruneError(f"scores file {self.scores} not found")
         positive("max_oracle_calls", self.max_oracle_calls)
         positive("beam_seeds", self.beam_seeds)
+        positive("certify_sets", self.certify_sets)
+        if not 0 < self.certify_floor <= 1:
+            raise SwappruneError(f"certify_floor must be in (0, 1], got {self.certify_floor}")
+        if self.certify_delta is not None and not self.certify_delta >= 0:
+            raise SwappruneError(
+                f"certify_delta must be >= 0 dPPL points, got {self.certify_delta}"
+            )
+        positive("heldout_prompts", self.heldout_prompts, 2)
+        positive("heldout_tokens", self.heldout_tokens, 2)
+        check_text_file("heldout_calib", self.heldout_calib)
         if not 0 < self.stability_threshold <= 1:
             raise SwappruneError(
                 f"stability_threshold must be in (0, 1], got {self.stability_threshold}"
             )
+
+
+#: Tokens per held-out window unless the model's context is shorter.
+HELDOUT_TOKENS = 512
+
+
+def heldout_tokens(select: SelectConfig, context: int | None) -> int:
+    """Tokens per held-out window: as set, else 512 capped at the model's context."""
+    if select.heldout_tokens is not None:
+        if context is not None and select.heldout_tokens > context:
+            raise SwappruneError(
+                f"heldout_tokens {select.heldout_tokens} exceeds the model's context length "
+                f"{context}"
+            )
+        return select.heldout_tokens
+    return HELDOUT_TOKENS if context is None else min(HELDOUT_TOKENS, context)

@@ -125,10 +125,14 @@ class CalibrationOracle:
         registry = _REGISTRY.get()
         key = _windows_key(model, input_ids, batch_size) if registry is not None else None
         shared = registry.get(key) if registry is not None else None
+        start = (0, 0)  # a new capture is this oracle's work
         if shared is None:
             shared = _Shared(model, input_ids, batch_size)
             if registry is not None:
                 registry[key] = shared
+        else:
+            start = (shared.runner.stats.block_evals, shared.runner.stats.block_tokens)
+        self._start = start
         self._shared = shared
         self.runner = shared.runner
         self.caches = shared.caches
@@ -138,6 +142,15 @@ class CalibrationOracle:
         self.calls = 0  # queries this oracle answered, from memory or not
         self.input_ids = input_ids
         self.batch_size = batch_size
+
+    def compute(self) -> dict:
+        """Block evaluations and block-tokens run since this oracle was made (answers
+        another oracle already computed cost nothing here)."""
+        stats = self.runner.stats
+        return {
+            "block_evals": stats.block_evals - self._start[0],
+            "block_tokens": stats.block_tokens - self._start[1],
+        }
 
     @property
     def computed(self) -> int:

@@ -67,9 +67,14 @@ class BatchCache:
 
 @dataclass
 class RunStats:
-    """Work counters, used by the benchmarks."""
+    """Work counters: decoder-block calls, the tokens they ran over, LM-head rows.
+
+    ``block_tokens`` counts one decoder block over one token, so runs with windows of
+    different lengths compare.
+    """
 
     block_evals: int = 0
+    block_tokens: int = 0
     head_rows: int = 0
     per_block_rows: dict = field(default_factory=dict)
 
@@ -146,6 +151,7 @@ class PlanRunner:
             missing = [i for i, h in enumerate(hidden) if h is None]
             raise RuntimeError(f"blocks {missing} were not run by the model's forward")
         self.stats.block_evals += L
+        self.stats.block_tokens += L * input_ids.shape[0] * input_ids.shape[1]
         return BatchCache(hidden=hidden, calls=calls)  # type: ignore[arg-type]
 
     def _input_device(self) -> torch.device:
@@ -159,6 +165,7 @@ class PlanRunner:
         hidden = hidden.to(self._block_devices[block_idx])
         out = self.stack.blocks[block_idx](hidden, *call.args, **call.kwargs)
         self.stats.block_evals += 1
+        self.stats.block_tokens += hidden.shape[0] * hidden.shape[1]
         return out[0] if isinstance(out, tuple) else out
 
     @torch.no_grad()

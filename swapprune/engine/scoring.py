@@ -226,6 +226,7 @@ def score_modes(
     timing = {
         "seconds": time.perf_counter() - start,
         "block_evals": engine.runner.stats.block_evals,
+        "block_tokens": engine.runner.stats.block_tokens,
         "head_rows": engine.runner.stats.head_rows,
         "window_chunks": len(engine.chunks),
         "units_probed": len(units),

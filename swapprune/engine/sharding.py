@@ -42,7 +42,8 @@ def shard_env() -> tuple[int, int, int]:
 def merge_timing(timings: list[dict]) -> dict:
     """One ``timing`` record from the ranks' records (rank order)."""
     total = {
-        k: sum(t.get(k, 0) for t in timings) for k in ("block_evals", "head_rows", "units_probed")
+        k: sum(t.get(k, 0) for t in timings)
+        for k in ("block_evals", "block_tokens", "head_rows", "units_probed")
     }
     return {
         "seconds": max(t.get("seconds", 0.0) for t in timings),  # the slowest rank: the job's wall

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR, resolve_tasks
 
 if TYPE_CHECKING:
-    from swapprune.evaluation.evaluate import evaluate
     from swapprune.evaluation.results import EvalResult, Metric, TaskResult, compare
+    from swapprune.evaluation.suite import evaluate
 
 _LAZY = {
-    "evaluate": "swapprune.evaluation.evaluate",
+    "evaluate": "swapprune.evaluation.suite",
     "EvalResult": "swapprune.evaluation.results",
     "Metric": "swapprune.evaluation.results",
     "TaskResult": "swapprune.evaluation.results",

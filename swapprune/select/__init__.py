@@ -36,6 +36,7 @@ def select(
     calibration=None,
     scores=None,
     *,
+    heldout=None,
     model_id: str = "",
     progress: bool = True,
 ) -> tuple[PrunePlan, Any]:
@@ -48,24 +49,68 @@ def select(
             ``auto`` policies with tranches: the whole pool).
         scores: probe scores to reuse (``--scores``, a ``score`` stage, ``compare``'s
             shared probes); no tranches are then probed.
+        heldout: :class:`~swapprune.select.certify.Heldout` windows, disjoint from
+            ``calibration``: the cut is certified on them (``spec.certify``), tranches
+            stop on the certificate, and ``auto`` verifies on them.
         model_id: recorded in the plan and the scores.
         progress: progress bars while probing.
+
+    Returns:
+        The plan, with ``plan.scores["certificate"]`` (when certified) and
+        ``plan.scores["compute"]`` (block evaluations by kind), and the scores.
     """
+    given = scores
     if spec.policy == "auto":
         from swapprune.select.auto import select_auto
 
-        return select_auto(model, spec, calibration, scores, model_id=model_id, progress=progress)
-    record = None
-    if spec.policy == "adaptive" and scores is None:
-        from swapprune.select.adaptive import adaptive_score
+        plan, scores = select_auto(
+            model,
+            spec,
+            calibration,
+            scores,
+            heldout=heldout,
+            model_id=model_id,
+            progress=progress,
+        )
+    else:
+        record, quantile = None, None
+        if spec.policy == "adaptive" and scores is None:
+            from swapprune.select.adaptive import adaptive_score
 
-        result = adaptive_score(model, spec, calibration, model_id=model_id)
-        scores, record = result.scores, result.to_dict()
-    from swapprune.select.core import select_fixed
+            result = adaptive_score(model, spec, calibration, model_id=model_id, heldout=heldout)
+            scores, record = result.scores, result.to_dict()
+            meta = scores.meta["adaptive"]
+            if meta["stop_rule"] == "certificate":
+                from swapprune.select.certificate import spending_quantile
 
-    plan, scores = select_fixed(
-        model, spec, calibration, scores, model_id=model_id, progress=progress
-    )
-    if record is not None:
-        plan.scores["adaptive"] = record
+                quantile = spending_quantile(meta["looks"])
+        from swapprune.select.core import select_fixed
+
+        plan, scores = select_fixed(
+            model, spec, calibration, scores, model_id=model_id, progress=progress
+        )
+        if record is not None:
+            plan.scores["adaptive"] = record
+        if spec.certify and heldout is not None:
+            from swapprune.select.certify import certified_plan
+
+            plan = certified_plan(model, spec, plan, scores, heldout, quantile=quantile)
+    if spec.certify and heldout is None:
+        plan.scores["certificate"] = {"certified": None, "skipped": "no held-out windows"}
+    plan.scores["compute"] = compute_record(plan, scores if given is None else None, heldout)
     return plan, scores
+
+
+def compute_record(plan, probed, heldout) -> dict:
+    """Block evaluations and block-tokens the selection spent, by kind, and their total."""
+    zero = {"block_evals": 0, "block_tokens": 0}
+    timing = (probed.meta.get("timing") or {}) if probed is not None else {}
+    parts = {
+        "probes": {k: int(timing.get(k, 0)) for k in zero},
+        "tiebreak": plan.scores.get("tiebreak_compute", zero),
+        "oracle": plan.scores.get("oracle_compute", zero),
+        "verify": heldout.compute("verify") if heldout is not None else zero,
+        "certificate": heldout.compute("certify") if heldout is not None else zero,
+    }
+    parts["total"] = {k: sum(p[k] for p in parts.values()) for k in zero}
+    return parts

@@ -1,14 +1,26 @@
-"""Adaptive calibration: score in tranches of windows until the selection is stable.
+"""Adaptive calibration: score in tranches of windows until the cut is certified.
 
 The paper's prompt-budget check (rank on a tranche, add an equal tranche,
 re-rank; if the top moves, add more) made into a loop:
 
 1. probe every pair on the first tranche of windows;
-2. bootstrap the selection (:mod:`swapprune.select.stability`); stop when the chosen
-   set's frequency reaches ``target`` for every criterion asked, or when the
-   next tranche would exceed ``max_windows``;
+2. bootstrap the selection (:mod:`swapprune.select.stability`) and certify it: its
+   regret against the plausible sets, measured on held-out windows
+   (:mod:`swapprune.select.certificate`); stop at the first certified look, or when
+   the next tranche would exceed ``max_windows``;
 3. otherwise probe the next tranche, but only on pairs that can still change
    the selection, and go to 2.
+
+**The stopping rule under repeated looks** (epsilon-best-arm identification):
+the looks follow a fixed schedule (``max_windows // tranche`` of them) and each
+spends ``alpha / looks`` of the error (Bonferroni alpha spending): a look
+certifies when the ``1 - alpha / looks`` quantile of the regret is at most
+``delta``. By the union bound a certified cut has regret above ``delta`` with
+probability at most ``alpha`` over the whole schedule, however the looks
+depend on each other. Held-out sets are evaluated once and remembered, so a
+later look pays only for sets it has not seen. Without held-out windows
+(``--no-certify``) the loop falls back to the chosen set's bootstrap frequency
+(``target``), which cannot settle on a near-tie.
 
 A pair *can still change the selection* when moving its distance to either end
 of its 95% bootstrap CI, all other pairs held at their point values, changes
@@ -30,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -53,6 +65,8 @@ IN_PLAY = 0.02
 Pair = tuple[int, int]
 # (pairs, window rows into the pool) -> {pair: {"repl_ij"|"repl_ji"|"inter": kl[len(rows)]}}
 Measure = Callable[[list[Pair], np.ndarray], dict[Pair, dict[str, np.ndarray]]]
+# (scores so far, stability per criterion, look, scheduled looks) -> {"certified": bool, ...}
+Judge = Callable[[Any, dict, int, int], dict]
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,7 @@ class AdaptiveResult:
             pair was not probed).
         stability: criterion name -> :class:`~swapprune.select.stability.Stability` at the end.
         rounds: one record per tranche (windows, pairs probed, frequencies).
-        stopped: ``"stable"`` or ``"max windows"``.
+        stopped: ``"certified"``, ``"stable"`` (the frequency rule) or ``"max windows"``.
         pair_windows: (pair, window) probes made; a fixed run makes pairs x windows.
         block_evals: decoder-block evaluations (from the runner's counters).
         seconds, cpu_seconds: wall and process CPU time of the loop.
@@ -144,6 +158,7 @@ def tranches(
     settings: AdaptiveSettings,
     pool: int | None = None,
     tiebreak=None,
+    judge: Judge | None = None,
 ) -> AdaptiveResult:
     """The adaptive loop on any ``measure`` (pure: no torch).
 
@@ -161,6 +176,9 @@ def tranches(
         tiebreak: ``[L]`` key that breaks ties between equally removable blocks (the
             residual norms the plan will use), held fixed across resamples; ``None``:
             the lower index.
+        judge: the stopping rule on the certificate: ``judge(scores, stability, look,
+            looks)`` returns a record with ``certified``; the loop stops at the first
+            certified look. ``None``: stop on the chosen set's frequency (``target``).
 
     Returns:
         An :class:`AdaptiveResult`.
@@ -182,6 +200,7 @@ def tranches(
             f"only {limit} windows available, fewer than one tranche of {settings.tranche}"
         )
     order = np.random.default_rng(settings.seed).permutation(limit)
+    looks = limit // settings.tranche  # the fixed schedule the certificate's error is spent over
     pairs = [cast(Pair, tuple(sorted(p))) for p in pairs]
     values: dict[Pair, dict[str, np.ndarray]] = {}
     rounds: list[dict] = []
@@ -218,14 +237,19 @@ def tranches(
             )
             for c in crits
         }
-        record = {
+        record: dict[str, Any] = {
             "windows": used,
             "pairs_probed": len(active),
             "frequency": {k: s.frequency for k, s in stab.items()},
             "chosen": {k: s.chosen for k, s in stab.items()},
         }
         rounds.append(record)
-        if min(s.frequency for s in stab.values()) >= settings.target:
+        if judge is not None:
+            record["certificate"] = judge(scores, stab, len(rounds), looks)
+            if record["certificate"]["certified"]:
+                stopped = "certified"
+                break
+        elif min(s.frequency for s in stab.values()) >= settings.target:
             stopped = "stable"
             break
         if used + settings.tranche > limit:
@@ -248,6 +272,8 @@ def tranches(
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu
     scores.meta["adaptive"] = {
+        "stop_rule": "certificate" if judge is not None else "frequency",
+        "looks": looks,
         "target": settings.target,
         "tranche": settings.tranche,
         "max_windows": settings.max_windows,
@@ -265,6 +291,7 @@ def adaptive_score(
     pool,
     criteria: Sequence[Criterion] | None = None,
     model_id: str = "",
+    heldout=None,
 ) -> AdaptiveResult:
     """Score ``model``'s adjacent pairs adaptively on a window ``pool`` (see the module docstring).
 
@@ -275,8 +302,10 @@ def adaptive_score(
         pool: the window pool (:class:`~swapprune.calibration.windows.Calibration`),
             at least one tranche.
         criteria: swap criteria whose selections must settle (default: the spec's;
-            ``auto`` asks for both).
+            ``auto`` asks for both; the first one's choice is the one certified).
         model_id: recorded in the scores.
+        heldout: :class:`~swapprune.select.certify.Heldout` windows: the loop stops on
+            the certificate (with ``spec.certify``); ``None``: on the frequency.
     """
     import torch
 
@@ -290,7 +319,7 @@ def adaptive_score(
     L = spec.num_layers
     ids = pool.input_ids
     protocols = sorted({c.name for c in crits})
-    counter = {"block_evals": 0}
+    counter = {"block_evals": 0, "block_tokens": 0}
     meta_box: dict = {}
 
     def measure(pairs: list[Pair], rows: np.ndarray) -> dict:
@@ -307,6 +336,7 @@ def adaptive_score(
             n_boot=10,
         )
         counter["block_evals"] += res.meta["timing"]["block_evals"]
+        counter["block_tokens"] += res.meta["timing"]["block_tokens"]
         meta_box.setdefault("meta", res.meta)
         return res.pairs
 
@@ -319,6 +349,12 @@ def adaptive_score(
 
         tiebreak = residual_norms(model, ids, spec.batch_size)
         counter["block_evals"] += L * -(-ids.shape[0] // spec.batch_size)
+        counter["block_tokens"] += L * ids.shape[0] * ids.shape[1]
+    judge = None
+    if heldout is not None and spec.certify:
+        from swapprune.select.certify import certificate_judge
+
+        judge = certificate_judge(model, spec, heldout, crits)
     result = tranches(
         measure,
         pairs,
@@ -330,6 +366,7 @@ def adaptive_score(
         settings,
         pool=ids.shape[0],
         tiebreak=tiebreak,
+        judge=judge,
     )
     used = np.random.default_rng(settings.seed).permutation(
         min(settings.max_windows, ids.shape[0])
@@ -344,6 +381,7 @@ def adaptive_score(
     result.scores.meta["timing"] = {
         "seconds": result.seconds,
         "block_evals": result.block_evals,
+        "block_tokens": counter["block_tokens"],
         "pair_windows": result.pair_windows,
     }
     return result

@@ -9,9 +9,12 @@ divergent      interchange-guided selection (the criterion's own strategy)
 tie-like       either protocol: interchange-guided, and the record says they
                tie and whether the two protocols' selections agree
 both-high      swap scores alone are weak: shortlist the most removable blocks
-               of *both* protocols, then verify on the pruned model itself with
-               a beam over the shortlist, scored by calibration perplexity (or
-               KL) of the actual pruned model, with a cap on oracle calls
+               of *both* protocols and search them with a beam scored by the
+               perplexity of the pruned model on held-out windows (never the
+               scoring windows), with a cap on oracle calls; the beam's set
+               then challenges interchange's choice in the certificate, on
+               other held-out windows, and replaces it only when it is better
+               with a paired CI that excludes 0
 =============  ==============================================================
 
 Default shortlist: the ``max(SHORTLIST, budget + 2)`` most removable blocks of
@@ -79,6 +82,7 @@ def select_auto(
     calibration=None,
     scores=None,
     *,
+    heldout=None,
     model_id: str = "",
     progress: bool = True,
     shortlist_size: int | None = None,
@@ -90,9 +94,14 @@ def select_auto(
     Args:
         model: the model (never modified).
         spec: the checked request (``policy == "auto"``); with ``spec.adaptive`` both
-            protocols are probed in tranches of ``calibration`` (the pool).
-        calibration: windows to probe and verify on.
+            protocols are probed in tranches of ``calibration`` (the pool), stopping on
+            the certificate when ``heldout`` windows are given.
+        calibration: windows to probe on.
         scores: scores with both swap protocols to reuse instead of probing.
+        heldout: :class:`~swapprune.select.certify.Heldout`: the both-high beam searches
+            on its ``verify`` windows, and the cut is certified on its ``certify``
+            windows with interchange's choice as the incumbent. Never the scoring
+            windows. ``None``: no verification (interchange-guided, and the record says so).
         shortlist_size, width, max_calls: the both-high verification (defaults: see
             the module docstring; ``spec.max_oracle_calls`` caps it too).
 
@@ -109,15 +118,19 @@ def select_auto(
         raise SwappruneError("auto verification needs width >= 1 and max_calls >= 1")
     if calibration is None and scores is None:
         raise SwappruneError("--protocol auto needs calibration windows or scores")
-    adaptive_record = None
+    adaptive_record, quantile = None, None
     if scores is None:
         if spec.adaptive is not None:
             from swapprune.select.adaptive import adaptive_score
 
-            crits = [criteria_mod.get(p) for p in needs]
-            res = adaptive_score(model, spec, calibration, crits, model_id)
+            crits = [criteria_mod.get(p) for p in criteria_mod.SWAP]
+            res = adaptive_score(model, spec, calibration, crits, model_id, heldout)
             scores, adaptive_record = res.scores, res.to_dict()
             adaptive_record.pop("stability")
+            if scores.meta["adaptive"]["stop_rule"] == "certificate":
+                from swapprune.select.certificate import spending_quantile
+
+                quantile = spending_quantile(scores.meta["adaptive"]["looks"])
         else:
             from swapprune.engine.scoring import score
 
@@ -158,25 +171,63 @@ def select_auto(
         "windows": scores.num_windows(),
         "adaptive": adaptive_record,
     }
-    if reg["call"] != "both-high":
-        plan = plans["interchange"]
-    else:
-        if calibration is None:
-            raise SwappruneError("auto verification needs calibration windows")
-        plan = _verify(
-            model, spec, scores, calibration, shortlist_size, width, max_calls, decision, model_id
-        )
+    plan = plans["interchange"]
+    verified: list[list[int]] = []
+    if reg["call"] == "both-high":
+        if heldout is None or heldout.verify is None:
+            decision["action"] += " (not run: no held-out windows to verify on)"
+        else:
+            found = _verify(
+                model, spec, scores, heldout, shortlist_size, width, max_calls, decision
+            )
+            verified = [found]
+    if spec.certify and heldout is not None:
+        plan = _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     decision["chosen"] = list(plan.removed)
     plan.protocol = AUTO
+    if verified:
+        plan.strategy = f"auto-verify:beam:{width}"
     plan.scores["auto"] = decision
     return plan, scores
 
 
-def _verify(model, spec, scores, calibration, shortlist_size, width, max_calls, decision, model_id):
-    """The both-high action: a beam over both protocols' shortlist, on the pruned model."""
-    from swapprune.engine.oracle import CalibrationOracle
+def _certified(model, spec, plan, stab, selections, verified, heldout, quantile):
+    """Interchange's choice, certified against both protocols' plausible sets and the beam's."""
     from swapprune.plan import PrunePlan
+    from swapprune.select.certificate import plausible_sets
+    from swapprune.select.certify import certify_sets, pooled_counts
 
+    counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
+    # The beam's set and replacement's choice first, then the bootstrap's, within the cap.
+    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed]
+    room = max(1, spec.certify_sets - len({tuple(s) for s in first}))
+    sets, _ = plausible_sets(plan.removed, counts, spec.certify_floor, room)
+    for s in first:
+        if tuple(s) not in sets:
+            sets.insert(1, tuple(s))
+    sets = sets[: max(spec.certify_sets, 1 + len(verified))]
+    total = sum(counts.values())
+    mass = 1 - sum(counts.get(s, 0) for s in sets) / total if total else None
+    cert = certify_sets(
+        model, spec, heldout, plan.removed, sets, mass_outside=mass, quantile=quantile
+    )
+    cert.extra["compute"] = heldout.compute("certify")
+    if cert.switched:
+        plan = PrunePlan.from_removal(
+            plan.num_layers,
+            cert.kept,
+            budget=plan.budget,
+            protocol=AUTO,
+            strategy=plan.strategy,
+            model=plan.model,
+            scores=dict(plan.scores),
+        )
+    plan.scores["certificate"] = cert.to_dict() | {"summary": cert.summary()}
+    return plan
+
+
+def _verify(model, spec, scores, heldout, shortlist_size, width, max_calls, decision):
+    """The both-high search: a beam over both protocols' shortlist, on held-out windows."""
     cons = spec.constraints
     L = cons.num_layers
     ctx = criteria_mod.Context(num_layers=L, scores=scores, seed=spec.seed)
@@ -192,29 +243,22 @@ def _verify(model, spec, scores, calibration, shortlist_size, width, max_calls, 
     }
     short = sorted(short, key=lambda b: (rank[b], b))
     cap = max_calls or min(default_cap(spec.budget, cons), spec.max_oracle_calls)
-    oracle = CalibrationOracle(model, calibration.input_ids, spec.batch_size, spec.oracle_metric)
+    oracle = heldout.oracle(model, "verify", spec.batch_size)
     chosen, notes = beam_over(short, spec.budget, oracle.cost, width, cap)
     base = oracle.cost([])
     decision.update(
         {
             "shortlist": sorted(short),
+            "verified": chosen,
             "oracle_calls": oracle.calls,
-            "oracle_metric": oracle.metric,
+            "oracle_metric": "ppl",
             "beam": notes,
             "base_cost": base,
             "sleb_iterative_calls": sleb_calls(spec.budget, len(cons.candidates())),
-            "oracle_windows": list(calibration.input_ids.shape),
+            "oracle_windows": list(heldout.verify.input_ids.shape),
         }
     )
-    return PrunePlan.from_removal(
-        L,
-        chosen,
-        budget=spec.budget,
-        protocol=AUTO,
-        strategy=f"auto-verify:beam:{width}",
-        model=model_id or "",
-        scores={"importance": [float(x) for x in imps[0]]},
-    )
+    return chosen
 
 
 def decision_lines(decision: dict) -> list[str]:
@@ -226,12 +270,12 @@ def decision_lines(decision: dict) -> list[str]:
             f"the protocols tie: interchange {sel['interchange']}, replacement "
             f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)"
         )
-    if decision["regime"]["call"] == "both-high":
+    if decision["regime"]["call"] == "both-high" and "beam" in decision:
         b = decision["beam"]
         lines.append(
-            f"verified {decision['chosen']} from shortlist {decision['shortlist']} with "
-            f"{decision['oracle_calls']} oracle calls (cap {b['cap']}"
-            f"{', reached' if b['capped'] else ''}; SLEB-iterative would use "
-            f"{decision['sleb_iterative_calls']})"
+            f"beam on held-out windows found {decision['verified']} from shortlist "
+            f"{decision['shortlist']} with {decision['oracle_calls']} oracle calls (cap "
+            f"{b['cap']}{', reached' if b['capped'] else ''}; SLEB-iterative would use "
+            f"{decision['sleb_iterative_calls']}); kept {decision['chosen']}"
         )
     return lines

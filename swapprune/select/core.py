@@ -104,6 +104,13 @@ def select_fixed(
     if oracle is not None:
         record["oracle_calls"] = oracle.calls
         record["oracle_metric"] = oracle.metric
+        record["oracle_compute"] = oracle.compute()
+    if tiebreak is not None and oracle is None and calibration is not None:
+        n, t = calibration.input_ids.shape  # one base pass over the windows
+        record["tiebreak_compute"] = {
+            "block_evals": cons.num_layers * -(-n // spec.batch_size),
+            "block_tokens": cons.num_layers * n * t,
+        }
     if choice.oracle_calls is not None:
         record["strategy_oracle_calls"] = choice.oracle_calls
     meta = dict(

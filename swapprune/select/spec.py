@@ -40,6 +40,7 @@ AUTO_WHAT = (
 )
 AUTO_SOURCE = "the paper's decision rule (Garcia 2026, section 4), acted on"
 OPS = ("remove", "merge")
+UNCERTIFIED = ("random", "reverse")
 ORACLE_METRICS = ("ppl", "kl")
 
 
@@ -65,6 +66,8 @@ class SelectionSpec:
         positions, batch_size, tokens: how probes run.
         adaptive: tranche settings of the ``adaptive`` and ``auto`` policies.
         stability_threshold, n_boot: the selection's bootstrap.
+        certify, certify_sets, certify_floor, certify_delta: the regret certificate
+            (:mod:`swapprune.select.certificate`); merges are not certified.
     """
 
     name: str
@@ -86,6 +89,10 @@ class SelectionSpec:
     adaptive: AdaptiveSettings | None = None
     stability_threshold: float = 0.5
     n_boot: int = N_BOOT
+    certify: bool = True
+    certify_sets: int = 6
+    certify_floor: float = 0.05
+    certify_delta: float | None = None
 
     @property
     def num_layers(self) -> int:
@@ -224,4 +231,10 @@ def build(
         tokens=calibration.tokens,
         adaptive=adaptive,
         stability_threshold=select.stability_threshold,
+        # Merges change weights (their sets are not removals), and the sanity baselines
+        # are meant to be what they are: neither is certified.
+        certify=select.certify and select.op == "remove" and crit.name not in UNCERTIFIED,
+        certify_sets=select.certify_sets,
+        certify_floor=select.certify_floor,
+        certify_delta=select.certify_delta,
     )

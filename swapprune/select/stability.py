@@ -58,6 +58,8 @@ class Stability:
     strategy: str = ""
     budget: int = 0
     threshold: float = THRESHOLD
+    #: every set that came out, with how many resamples chose it (not written to JSON).
+    counts: dict[tuple[int, ...], int] = field(default_factory=dict, repr=False)
 
     def is_stable(self, threshold: float | None = None) -> bool:
         """``frequency >= threshold`` (default: the one it was computed with)."""
@@ -67,8 +69,8 @@ class Stability:
         """One line for the run summary."""
         in_play = [f"{b}:{p:.2f}" for b, p in enumerate(self.inclusion) if 0.05 <= p <= 0.95]
         line = (
-            f"stability: {self.chosen} chosen in {self.frequency:.0%} of {self.n_boot} "
-            f"resamples of {self.windows} windows"
+            f"stability: the criterion's choice {self.chosen} comes out in {self.frequency:.0%} "
+            f"of {self.n_boot} resamples of {self.windows} windows"
         )
         return line + (f"; blocks in play {', '.join(in_play)}" if in_play else "")
 
@@ -222,6 +224,7 @@ def selection_stability(
         strategy=getattr(strat, "name", str(strategy)),
         budget=budget,
         threshold=threshold,
+        counts=dict(counts),
     )
 
 

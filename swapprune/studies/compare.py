@@ -87,7 +87,14 @@ def _method_runs(job: CompareJob) -> list[tuple[str, str, int]]:
 
 def method_config(job: CompareJob, criterion: str, seed: int, budget: int) -> RunConfig:
     """The run configuration of one cell: the shared settings with this ``prune`` section."""
-    prune = SelectConfig(budget=budget, protocol=criterion, strategy=job.compare.strategy)
+    # compare measures every cell's cost itself; only auto, whose decision is the
+    # certificate's incumbent-challenger rule, certifies.
+    prune = SelectConfig(
+        budget=budget,
+        protocol=criterion,
+        strategy=job.compare.strategy,
+        certify=criterion == "auto",
+    )
     calibration = dataclasses.replace(job.run.calibration, seed=seed)
     return dataclasses.replace(job.run, calibration=calibration, prune=prune)
 
@@ -200,10 +207,14 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
 
     orders: dict[str, PrunePlan] = {}  # iterative selections, made once at the largest budget
 
+    heldouts: dict = {}  # one set of held-out windows per seed, shared by its auto cells
+
     def choose(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
         cfg = method_config(job, crit, seed, budget)
         cell = dataclasses.replace(loaded, selection=specs[label, budget])
-        return stages.select(cfg, cell, calibration, scores, False)[0]
+        if seed not in heldouts and crit == "auto":
+            heldouts[seed] = stages.heldout(cfg, cell, calibration)
+        return stages.select(cfg, cell, calibration, scores, False, heldouts.get(seed))[0]
 
     def selected(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
         """One cell's selection; an iterative one is the prefix of its largest-budget order."""
