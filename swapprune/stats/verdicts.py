@@ -1,0 +1,557 @@
+"""Verdicts on two cuts measured on the same units: four outcomes, never an unqualified tie.
+
+Two cuts A and B are compared through the paired bootstrap replicates of their
+difference ``d = B - A``, on one of two scales:
+
+* ``points`` (the default): ``100 * (stat(B) - stat(A)) / stat(base)``, the
+  difference of the two costs in percentage points of the unpruned model's
+  value (for perplexity: dPPL(B) - dPPL(A)); base, A and B are resampled
+  together;
+* ``metric``: ``stat(B) - stat(A)`` in the metric's own units.
+
+The units are windows (window bootstrap) or, when their articles are given,
+articles (:mod:`swapprune.stats.clustered`). With ``alpha`` (0.05) and a
+declared margin ``m > 0`` on the same scale, the outcome is the first that holds:
+
+1. **identical**: A and B are the same set (same kept blocks and merges). The
+   two models are one model; nothing is tested and the row never enters a
+   multiple-testing family.
+2. **A better** / **B better**: the two-sided bootstrap p-value of ``d = 0`` is
+   below ``alpha`` (equivalently, up to one replicate, the ``1 - alpha``
+   percentile CI of ``d`` excludes 0). Which is better follows the sign of ``d``
+   and the metric's direction.
+3. **equivalent within +-m** (shown as ``tie (equivalent within +-m)``): TOST.
+   The two one-sided tests of ``H0: d <= -m`` and ``H0: d >= m`` each reject at
+   level ``alpha``; their bootstrap p-values are ``p_low = (#{d* <= -m} + 1) / (B + 1)``
+   and ``p_high = (#{d* >= m} + 1) / (B + 1)`` and ``p_tost = max(p_low, p_high)``.
+   Equivalently (up to one replicate) the ``1 - 2 alpha`` percentile CI of ``d``
+   (90%) lies inside ``(-m, m)``. A difference can be significant and still
+   within the margin; it is then "better" and :attr:`Verdict.within_margin` says so.
+4. **inconclusive (MDD x)**: neither. ``x`` is the minimum detectable
+   difference at this n: the true difference a two-sided test at ``alpha``
+   detects with 80% power, ``(z_{1-alpha/2} + z_{0.8}) * se`` (2.80 se), with
+   ``se`` the bootstrap standard error of ``d``. An inconclusive result is never
+   called a tie.
+
+**Default margin: 2 points** (2% of the unpruned model's value; for perplexity
+dPPL(B) - dPPL(A) within +-2 points). Why: it is a quarter of the cheapest
+single-block deletion measured on SmolLM2-135M (+8.8%, ``eval/study/validity.json``)
+and far below the cost of any cut this project has compared (n = 2 and 3 on the
+matched contract: +31% to +71%, ``eval/study/pruning``),
+so two cuts within it differ by much less than one block's worth; and because it
+is relative to the base model it carries across models whose perplexities differ
+several-fold. It was fixed before looking at any extended-contract result. A
+margin in the metric's own units (``Margin(0.5, "metric")``) is the alternative.
+
+**Multiplicity.** :func:`holm_distinct` adjusts over the *distinct* model pairs
+of a table: rows whose two cuts are the same pair of sets (in either order, at
+any budget or seed of the table) are one test, counted once, and every such row
+gets the same adjusted values. Identical-set rows are excluded. The difference
+p-values and the TOST p-values are adjusted as two families. The Holm-level MDD
+uses ``alpha / k`` for a family of ``k`` distinct pairs (Holm's first, strictest
+step). :func:`primary_contrasts` names the confirmatory contrasts of a budget
+(interchange vs replacement; auto vs the best baseline), adjusted as their own,
+smaller family.
+
+**The paper's test** (:func:`paper_overlap`): a tie when the two marginal CIs
+overlap (Garcia 2026). It is weaker than the paired test and is shown beside
+the verdict, labelled as the paper's, never instead of it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from swapprune.bootstrap import (
+    N_BOOT,
+    SEED,
+    Interval,
+    bootstrap_p_value,
+    holm,
+    intervals_overlap,
+    minimum_detectable_difference,
+)
+from swapprune.stats.clustered import WeightedStatistic, paired_replicates, percentile_interval
+
+ALPHA = 0.05
+#: MDD power.
+POWER = 0.8
+UNITS = ("points", "metric")
+OUTCOMES = ("identical", "a_better", "b_better", "equivalent", "inconclusive")
+
+#: Criteria that count as the field's baselines for the "auto vs best baseline" contrast.
+BASELINES = (
+    "bi",
+    "bi-greedy",
+    "angular",
+    "angular-tokens",
+    "sleb",
+    "sleb-oneshot",
+    "sleb-kl",
+    "taylor",
+)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The equivalence margin ``m`` of a comparison.
+
+    Attributes:
+        value: ``m > 0``.
+        unit: ``"points"``: percentage points of the unpruned model's value
+            (for perplexity, dPPL points); ``"metric"``: the metric's own units.
+    """
+
+    value: float = 2.0
+    unit: str = "points"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise ValueError(f"an equivalence margin must be > 0, got {self.value}")
+        if self.unit not in UNITS:
+            raise ValueError(f"margin unit must be one of {UNITS}, got {self.unit!r}")
+
+    def label(self) -> str:
+        """``+-2 pts`` or ``+-0.5``."""
+        return f"+-{self.value:g}" + (" pts" if self.unit == "points" else "")
+
+
+DEFAULT_MARGIN = Margin()
+
+
+def cut_key(kept: Sequence[int], merged: Mapping[Any, Sequence[int]] | None = None) -> str:
+    """A canonical string naming a cut: its kept blocks and its merges (0-based)."""
+    key = "kept:" + ",".join(str(int(b)) for b in kept)
+    if merged:
+        parts = sorted(f"{int(k)}={','.join(str(int(x)) for x in v)}" for k, v in merged.items())
+        key += "|merged:" + ";".join(parts)
+    return key
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The comparison of cut ``b`` against cut ``a`` (difference ``d = b - a``).
+
+    Attributes:
+        a, b: Display names.
+        a_key, b_key: What each cut is (:func:`cut_key`); equal keys are identical models.
+        scope: What was measured (e.g. ``"swapprune_wikitext2_ext/perplexity"``);
+            rows of different scopes are never the same test.
+        outcome: One of :data:`OUTCOMES`.
+        higher_is_better: Direction of the metric.
+        estimate: ``d`` on all units, on the margin's scale.
+        ci: ``1 - alpha`` percentile CI of ``d``.
+        ci_tost: ``1 - 2 alpha`` percentile CI of ``d`` (TOST).
+        p_value: Two-sided p-value of ``d = 0``.
+        p_tost: ``max`` of the two one-sided p-values against ``-m`` and ``m``.
+        within_margin: ``p_tost < alpha`` (set on a "better" outcome too).
+        equivalence_bound: Smallest margin these data would call equivalent
+            (``max |ci_tost|``).
+        se: Bootstrap standard error of ``d``.
+        mdd: Minimum detectable difference at ``alpha`` with 80% power.
+        margin: The declared margin.
+        alpha: Test level.
+        n_units: Windows (or examples) paired.
+        n_clusters: Articles, when the bootstrap resampled articles.
+        resampled: ``"windows"``, ``"articles"`` or ``"seeds x articles"``.
+        overlap: The paper's test: the two marginal ``1 - alpha`` CIs overlap.
+        a_value, b_value: The metric of each cut on all units.
+        family, family_size: Holm family and its number of distinct pairs.
+        p_holm, p_tost_holm, mdd_holm, outcome_holm: The same at the Holm level.
+    """
+
+    a: str
+    b: str
+    a_key: str
+    b_key: str
+    scope: str
+    outcome: str
+    higher_is_better: bool
+    margin: Margin
+    alpha: float = ALPHA
+    estimate: float = 0.0
+    ci: tuple[float, float] = (float("nan"), float("nan"))
+    ci_tost: tuple[float, float] = (float("nan"), float("nan"))
+    p_value: float = float("nan")
+    p_tost: float = float("nan")
+    within_margin: bool = False
+    equivalence_bound: float = float("nan")
+    se: float = float("nan")
+    mdd: float = float("nan")
+    n_units: int = 0
+    n_clusters: int | None = None
+    resampled: str = "windows"
+    overlap: bool | None = None
+    a_value: float = float("nan")
+    b_value: float = float("nan")
+    family: str | None = None
+    family_size: int | None = None
+    p_holm: float | None = None
+    p_tost_holm: float | None = None
+    mdd_holm: float | None = None
+    outcome_holm: str | None = None
+
+    @property
+    def pair(self) -> tuple[str, tuple[str, ...]]:
+        """The test's identity: its scope and the unordered pair of cuts."""
+        return self.scope, tuple(sorted((self.a_key, self.b_key)))
+
+    @property
+    def _suffix(self) -> str:
+        return " pts" if self.margin.unit == "points" else ""
+
+    def _label(self, outcome: str, mdd: float | None) -> str:
+        if outcome == "identical":
+            return "identical"
+        if outcome in ("a_better", "b_better"):
+            name = self.a if outcome == "a_better" else self.b
+            return f"{name} better" + (
+                f" (within {self.margin.label()})" if self.within_margin else ""
+            )
+        if outcome == "equivalent":
+            return f"tie (equivalent within {self.margin.label()})"
+        return f"inconclusive (MDD {mdd:.3g}{self._suffix})"
+
+    @property
+    def label(self) -> str:
+        """What a person reads: ``A better``, ``tie (equivalent within +-2 pts)``, ..."""
+        return self._label(self.outcome, self.mdd)
+
+    @property
+    def label_holm(self) -> str | None:
+        """The label at the Holm level (None before :func:`holm_distinct`)."""
+        if self.outcome_holm is None:
+            return None
+        return self._label(self.outcome_holm, self.mdd_holm)
+
+    @property
+    def overlap_label(self) -> str | None:
+        """The paper's test, labelled as the paper's."""
+        if self.overlap is None:
+            return None
+        return paper_overlap_label(
+            self.overlap, self.a, self.b, self.estimate > 0, self.higher_is_better
+        )
+
+    def to_dict(self) -> dict:
+        """JSON-ready record, labels included."""
+        d = asdict(self)
+        d["margin"] = asdict(self.margin)
+        d["ci"], d["ci_tost"] = list(self.ci), list(self.ci_tost)
+        d.update(label=self.label, label_holm=self.label_holm, overlap_label=self.overlap_label)
+        return {k: _json_float(v) for k, v in d.items()}
+
+
+def _json_float(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_json_float(x) for x in v]
+    return v
+
+
+def _outcome(p: float, p_tost: float, b_higher: bool, higher_is_better: bool, alpha: float) -> str:
+    if p < alpha:
+        return "b_better" if b_higher == higher_is_better else "a_better"
+    if p_tost < alpha:
+        return "equivalent"
+    return "inconclusive"
+
+
+def tost_p_values(reps: np.ndarray, margin: float) -> tuple[float, float]:
+    """One-sided bootstrap p-values of ``H0: d <= -margin`` and ``H0: d >= margin``."""
+    r = np.asarray(reps, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return float("nan"), float("nan")
+    low = (int(np.sum(r <= -margin)) + 1) / (r.size + 1)
+    high = (int(np.sum(r >= margin)) + 1) / (r.size + 1)
+    return float(min(1.0, low)), float(min(1.0, high))
+
+
+def verdict_from_replicates(
+    estimate: float,
+    reps: np.ndarray,
+    *,
+    a: str,
+    b: str,
+    a_key: str,
+    b_key: str,
+    higher_is_better: bool,
+    margin: Margin = DEFAULT_MARGIN,
+    alpha: float = ALPHA,
+    scope: str = "",
+    resampled: str = "windows",
+    n_units: int = 0,
+    n_clusters: int | None = None,
+) -> Verdict:
+    """The verdict on ``d = b - a`` from its point value and bootstrap replicates.
+
+    The entry point for replicates from any scheme (window, article, seed x
+    article); :func:`compare_cuts` computes them from per-unit values.
+
+    Args:
+        estimate: ``d`` on all units, on the margin's scale.
+        reps: ``[B]`` bootstrap replicates of ``d``.
+        a, b: Display names. a_key, b_key: :func:`cut_key` of each cut.
+        higher_is_better: Direction of the metric.
+        margin: Equivalence margin, on the same scale as ``d``.
+        alpha: Test level.
+        scope: What was measured (task/metric, contract).
+        resampled: The unit of the bootstrap, for the record.
+        n_units, n_clusters: Sizes, for the record.
+    """
+    identical = Verdict(
+        a=a,
+        b=b,
+        a_key=a_key,
+        b_key=b_key,
+        scope=scope,
+        outcome="identical",
+        higher_is_better=higher_is_better,
+        margin=margin,
+        alpha=alpha,
+        n_units=n_units,
+        n_clusters=n_clusters,
+        resampled=resampled,
+    )
+    if a_key == b_key:
+        return identical
+    r = np.asarray(reps, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    ci = percentile_interval(estimate, r, 1 - alpha)
+    ci_tost = percentile_interval(estimate, r, 1 - 2 * alpha)
+    p = bootstrap_p_value(r)
+    p_low, p_high = tost_p_values(r, margin.value)
+    p_tost = max(p_low, p_high)
+    se = float(np.std(r, ddof=1)) if r.size > 1 else float("nan")
+    return replace(
+        identical,
+        outcome=_outcome(p, p_tost, estimate > 0, higher_is_better, alpha),
+        estimate=float(estimate),
+        ci=(ci.low, ci.high),
+        ci_tost=(ci_tost.low, ci_tost.high),
+        p_value=p,
+        p_tost=p_tost,
+        within_margin=bool(p_tost < alpha),
+        equivalence_bound=float(max(abs(ci_tost.low), abs(ci_tost.high))),
+        se=se,
+        mdd=minimum_detectable_difference(se, 1 - alpha, POWER),
+    )
+
+
+def compare_cuts(
+    a_units,
+    b_units,
+    statistic: str | WeightedStatistic,
+    *,
+    a: str = "A",
+    b: str = "B",
+    a_key: str,
+    b_key: str,
+    higher_is_better: bool,
+    base_units=None,
+    clusters: Sequence[Hashable] | None = None,
+    margin: Margin = DEFAULT_MARGIN,
+    alpha: float = ALPHA,
+    scope: str = "",
+    n_boot: int = N_BOOT,
+    seed: int = SEED,
+) -> Verdict:
+    """Compare cut ``b`` with cut ``a`` on the same units (see the module docstring).
+
+    Args:
+        a_units, b_units: Per-unit values of each cut, ``[n]`` or ``[n, k]``
+            (``(nll, tokens)`` per window for perplexity).
+        statistic: A statistic name (``"ppl"``, ``"mean"``, ...) or a weighted callable.
+        a, b: Display names.
+        a_key, b_key: :func:`cut_key` of each cut; equal keys give ``identical``.
+        higher_is_better: Direction of the metric (False for perplexity).
+        base_units: The unpruned model's units, same shape; required for a
+            margin in points.
+        clusters: Article of each unit, ``[n]``: resample articles instead of windows.
+        margin: Equivalence margin.
+        alpha: Test level (0.05: 95% CI for the difference, 90% for TOST).
+        scope: What was measured; part of the test's identity for Holm.
+        n_boot: Bootstrap resamples.
+        seed: Seed of the draws (the same for every pair of a table keeps them paired
+            with each other too).
+
+    Returns:
+        A :class:`Verdict`, including the paper's overlap test.
+
+    Raises:
+        ValueError: On a margin in points without ``base_units``, or units that do not pair.
+    """
+    resampled = "windows" if clusters is None else "articles"
+    n_clusters = None if clusters is None else len(set(clusters))
+    n = len(np.asarray(a_units))
+    if a_key == b_key:
+        return verdict_from_replicates(
+            0.0,
+            np.zeros(0),
+            a=a,
+            b=b,
+            a_key=a_key,
+            b_key=b_key,
+            higher_is_better=higher_is_better,
+            margin=margin,
+            alpha=alpha,
+            scope=scope,
+            resampled=resampled,
+            n_units=n,
+            n_clusters=n_clusters,
+        )
+    runs = [a_units, b_units]
+    if margin.unit == "points":
+        if base_units is None:
+            raise ValueError("a margin in points needs the unpruned model's units (base_units)")
+        runs.append(base_units)
+    points, reps = paired_replicates(runs, statistic, clusters, n_boot, seed)
+    if margin.unit == "points":
+        scale_point, scale_reps = 100.0 / points[2], 100.0 / reps[2]
+    else:
+        scale_point, scale_reps = 1.0, np.ones(reps.shape[1])
+    estimate = float((points[1] - points[0]) * scale_point)
+    diff = (reps[1] - reps[0]) * scale_reps
+    v = verdict_from_replicates(
+        estimate,
+        diff,
+        a=a,
+        b=b,
+        a_key=a_key,
+        b_key=b_key,
+        higher_is_better=higher_is_better,
+        margin=margin,
+        alpha=alpha,
+        scope=scope,
+        resampled=resampled,
+        n_units=n,
+        n_clusters=n_clusters,
+    )
+    ia = percentile_interval(points[0], reps[0], 1 - alpha)
+    ib = percentile_interval(points[1], reps[1], 1 - alpha)
+    return replace(
+        v,
+        overlap=intervals_overlap(ia, ib),
+        a_value=float(points[0]),
+        b_value=float(points[1]),
+    )
+
+
+def paper_overlap(a: Interval, b: Interval) -> bool:
+    """The paper's tie test: the two marginal CIs share a point."""
+    return intervals_overlap(a, b)
+
+
+def paper_overlap_label(
+    overlap: bool, a: str, b: str, b_higher: bool, higher_is_better: bool
+) -> str:
+    """``CIs overlap (paper's test: tie)`` or ``B better (paper's test: CIs apart)``."""
+    if overlap:
+        return "CIs overlap (paper's test: tie)"
+    winner = b if b_higher == higher_is_better else a
+    return f"{winner} better (paper's test: CIs apart)"
+
+
+def holm_distinct(
+    verdicts: Sequence[Verdict], family: str = "all distinct pairs", alpha: float | None = None
+) -> list[Verdict]:
+    """Holm-adjust a table's verdicts over its distinct model pairs.
+
+    Rows are grouped by :attr:`Verdict.pair` (scope and the unordered pair of
+    cuts): a group is one test, counted once, and all its rows get the same
+    adjusted values. Identical-set rows are returned unchanged and not counted.
+
+    Args:
+        verdicts: The rows of one table (any budgets, seeds, orders).
+        family: Name of the family, for the record.
+        alpha: Test level (default: each verdict's own).
+
+    Returns:
+        The rows in the given order, with ``p_holm``, ``p_tost_holm``,
+        ``mdd_holm``, ``outcome_holm``, ``family`` and ``family_size`` set.
+
+    Raises:
+        ValueError: If two rows of one pair disagree on their p-values (they
+            were measured differently and are not the same test).
+    """
+    groups: dict[tuple, Verdict] = {}
+    for v in verdicts:
+        if v.outcome == "identical":
+            continue
+        first = groups.setdefault(v.pair, v)
+        if not (
+            math.isclose(first.p_value, v.p_value, rel_tol=1e-9, abs_tol=1e-12)
+            and math.isclose(first.p_tost, v.p_tost, rel_tol=1e-9, abs_tol=1e-12)
+        ):
+            raise ValueError(
+                f"rows {first.a} vs {first.b} and {v.a} vs {v.b} are the same pair of models "
+                f"({v.pair}) but disagree on their p-values; compute each pair once"
+            )
+    reps = list(groups.values())
+    k = len(reps)
+    p_diff = dict(zip(groups, holm([r.p_value for r in reps]), strict=True))
+    p_tost = dict(zip(groups, holm([r.p_tost for r in reps]), strict=True))
+    out = []
+    for v in verdicts:
+        if v.outcome == "identical":
+            out.append(replace(v, family=family, family_size=k))
+            continue
+        level = v.alpha if alpha is None else alpha
+        ph, pt = p_diff[v.pair], p_tost[v.pair]
+        # Orientation follows the row (a row and its reverse are one test).
+        outcome = _outcome(ph, pt, v.estimate > 0, v.higher_is_better, level)
+        out.append(
+            replace(
+                v,
+                family=family,
+                family_size=k,
+                p_holm=ph,
+                p_tost_holm=pt,
+                mdd_holm=minimum_detectable_difference(v.se, 1 - level / k, POWER),
+                outcome_holm=outcome,
+            )
+        )
+    return out
+
+
+def _criterion(label: str) -> str:
+    """``bi`` of ``bi``, ``bi:seed3`` and so on: the criterion a method label names."""
+    return label.split(":", 1)[0]
+
+
+def primary_contrasts(
+    costs: Mapping[str, float | None], higher_is_better: bool = False
+) -> list[tuple[str, str]]:
+    """The confirmatory contrasts of one budget, as ``(a, b)`` method labels.
+
+    * ``(interchange, replacement)``: the paper's protocol question (I vs R);
+    * ``(auto, best baseline)``: the best of the :data:`BASELINES` present at
+      this budget by its measured cost (lowest for a lower-is-better metric).
+      Choosing the competitor on the same data makes "auto better" harder to
+      claim and "baseline better" easier; both are reported, so the bias runs
+      against the product, not for it.
+
+    Args:
+        costs: Method label -> its cost (or metric) at this budget; labels of
+            absent or unmeasured methods are skipped.
+        higher_is_better: Direction of the metric the costs are on.
+
+    Returns:
+        The contrasts whose two methods are both present (possibly none).
+    """
+    present = {k: v for k, v in costs.items() if v is not None and math.isfinite(v)}
+    out = []
+    if "interchange" in present and "replacement" in present:
+        out.append(("interchange", "replacement"))
+    baselines = [k for k in present if _criterion(k) in BASELINES]
+    if "auto" in present and baselines:
+        pick = max if higher_is_better else min
+        out.append(("auto", pick(baselines, key=lambda k: present[k])))
+    return out
