@@ -5,11 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from swapprune.bootstrap import ci_ppl, paired_difference
+from swapprune.bootstrap import ci_ppl, paired_cost_ratio, paired_difference
 from swapprune.stats.clustered import (
     average_ranks,
     cluster_weights,
     clustered_ci_ppl,
+    cost_ratio,
     layer_bootstrap_spearman,
     paired_replicates,
     two_level_cost_difference,
@@ -68,6 +69,12 @@ def test_window_weights_reproduce_the_window_bootstrap():
     assert points[1] - points[0] == pytest.approx(ref.difference.estimate)
     assert np.percentile(reps[1] - reps[0], 2.5) == pytest.approx(ref.difference.low)
     assert window_weights(30, 400, 3).sum(axis=1).tolist() == [30.0] * 400
+    base = a - np.column_stack([np.full(30, 40.0), np.zeros(30)])
+    ratio = paired_cost_ratio(base, a, b, "ppl", n_boot=400, seed=3)
+    mine = cost_ratio(base, a, b, "ppl", None, n_boot=400, seed=3)
+    assert (mine.estimate, mine.low, mine.high) == pytest.approx(
+        (ratio.estimate, ratio.low, ratio.high)
+    )
 
 
 def test_two_level_with_one_repeated_selection_is_the_article_bootstrap():

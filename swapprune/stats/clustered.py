@@ -220,6 +220,30 @@ def clustered_ci_ppl(
     return clustered_ci(np.column_stack([nll_sums, counts]), clusters, "ppl", n_boot, level, seed)
 
 
+def cost_ratio(
+    base,
+    a,
+    b,
+    statistic: str | WeightedStatistic = "ppl",
+    clusters: Sequence[Any] | None = None,
+    n_boot: int = N_BOOT,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> Interval:
+    """CI of ``cost(a) / cost(b)``, ``cost(x) = stat(x) / stat(base) - 1``, resampling articles.
+
+    The clustered counterpart of :func:`swapprune.bootstrap.paired_cost_ratio`
+    (equal to it when ``clusters`` is None): for perplexity, the pruning-level
+    ``I/R`` when ``a`` is interchange-guided and ``b`` replacement-guided.
+    Replicates where ``cost(b)`` is 0 are dropped.
+    """
+    (s0, sa, sb), (r0, ra, rb) = paired_replicates([base, a, b], statistic, clusters, n_boot, seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est = (sa / s0 - 1) / (sb / s0 - 1) if s0 != 0 and sb != s0 else float("nan")
+        reps = (ra / r0 - 1) / (rb / r0 - 1)
+    return percentile_interval(float(est), reps, level)
+
+
 @dataclass(frozen=True)
 class TwoLevelDifference:
     """A cost difference across calibration seeds and articles.
