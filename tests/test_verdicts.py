@@ -115,6 +115,7 @@ def test_holm_counts_each_distinct_pair_once():
     assert out[0].p_holm == pytest.approx(min(1.0, 2 * smaller))  # 2 tests, not 4
     assert out[0].p_holm == out[1].p_holm == out[2].p_holm
     assert out[0].outcome_holm == "a_better" and out[2].outcome_holm == "b_better"
+    assert out[0].label_holm == "A better" and out[3].label_holm.startswith("inconclusive (MDD ")
     assert out[4].outcome == "identical" and out[4].p_holm is None
     assert out[0].mdd_holm > out[0].mdd
     # Rows that claim one pair but carry different tests are a caller's bug.

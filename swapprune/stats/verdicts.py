@@ -205,14 +205,12 @@ class Verdict:
     def _suffix(self) -> str:
         return " pts" if self.margin.unit == "points" else ""
 
-    def _label(self, outcome: str, mdd: float | None) -> str:
+    def _label(self, outcome: str, mdd: float | None, within: bool) -> str:
         if outcome == "identical":
             return "identical"
         if outcome in ("a_better", "b_better"):
             name = self.a if outcome == "a_better" else self.b
-            return f"{name} better" + (
-                f" (within {self.margin.label()})" if self.within_margin else ""
-            )
+            return f"{name} better" + (f" (within {self.margin.label()})" if within else "")
         if outcome == "equivalent":
             return f"tie (equivalent within {self.margin.label()})"
         return f"inconclusive (MDD {mdd:.3g}{self._suffix})"
@@ -220,14 +218,15 @@ class Verdict:
     @property
     def label(self) -> str:
         """What a person reads: ``A better``, ``tie (equivalent within +-2 pts)``, ..."""
-        return self._label(self.outcome, self.mdd)
+        return self._label(self.outcome, self.mdd, self.within_margin)
 
     @property
     def label_holm(self) -> str | None:
         """The label at the Holm level (None before :func:`holm_distinct`)."""
         if self.outcome_holm is None:
             return None
-        return self._label(self.outcome_holm, self.mdd_holm)
+        within = self.p_tost_holm is not None and self.p_tost_holm < self.alpha
+        return self._label(self.outcome_holm, self.mdd_holm, within)
 
     @property
     def overlap_label(self) -> str | None:
