@@ -7,15 +7,14 @@ import pytest
 
 from swapprune.bootstrap import ci_ppl, paired_cost_ratio, paired_difference
 from swapprune.stats.clustered import (
-    average_ranks,
     cluster_weights,
     clustered_ci_ppl,
     cost_ratio,
-    layer_bootstrap_spearman,
     paired_replicates,
     two_level_cost_difference,
     window_weights,
 )
+from swapprune.stats.layers import average_ranks, layer_bootstrap_spearman
 from swapprune.stats.verdicts import compare_cuts
 
 TOKENS = 256

@@ -3,14 +3,8 @@
 import numpy as np
 import pytest
 
-from swapprune.stats.verdicts import (
-    Margin,
-    compare_cuts,
-    cut_key,
-    holm_distinct,
-    primary_contrasts,
-    verdict_from_replicates,
-)
+from swapprune.stats.multiplicity import holm_distinct, primary_contrasts
+from swapprune.stats.verdicts import Margin, compare_cuts, cut_key, verdict_from_replicates
 
 TOKENS = 256
 

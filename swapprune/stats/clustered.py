@@ -1,11 +1,12 @@
-"""Bootstraps over articles, seeds x articles, and blocks (pure numpy, seeded).
+"""Bootstraps over articles and over seeds x articles (pure numpy, seeded).
 
 The window bootstrap of :mod:`swapprune.bootstrap` treats every window as an
 independent draw. Windows of one article are not (``METHOD.md`` section 6), a
 calibration seed that selects the same set as another re-tests the same pair of
 models, and a predictor-validity correlation over ``L`` blocks is uncertain in
-the blocks, not only in the windows. Each bootstrap here resamples the unit
-that is actually replicated.
+the blocks, not only in the windows. Each bootstrap here (and the layer
+bootstrap of :mod:`swapprune.stats.layers`) resamples the unit that is
+actually replicated.
 
 **Resamples as multiplicity weights.** A resample is written as one weight per
 window: how many times the window (or its article) was drawn. A statistic of a
@@ -14,7 +15,7 @@ swapprune reports (means, ratios of sums and functions of those) is exactly the
 statistic of the concatenated resample. Weights let resamples of whole
 articles, whose window counts differ, share one ``[B, n]`` matrix.
 
-**Procedures** (``B`` resamples, ``n`` windows, ``G`` articles, ``S`` seeds, ``L`` blocks):
+**Procedures** (``B`` resamples, ``n`` windows, ``G`` articles, ``S`` seeds):
 
 * *Window* (:func:`window_weights`): each resample draws ``n`` windows with
   replacement; the draws are those of :func:`swapprune.bootstrap.resample_indices`
@@ -31,21 +32,14 @@ articles, whose window counts differ, share one ``[B, n]`` matrix.
   cost difference is computed on the drawn articles, with the same article
   weights for the base model, both cuts and every seed; the replicate is the
   mean over the drawn seeds.
-* *Layer* (:func:`layer_bootstrap_spearman`): each resample draws ``L`` blocks
-  with replacement and computes, over the drawn blocks, the Spearman
-  correlation (average ranks for ties, so repeated blocks are ties) between
-  each criterion's removability and the deletion cost. One draw serves every
-  criterion, so differences between criteria are paired. Removabilities and
-  costs are held at their point values: this interval is about the choice of
-  blocks, not about calibration noise (the window bootstrap of
-  :mod:`swapprune.validity` covers that).
+* *Layer*: in :mod:`swapprune.stats.layers`.
 
 Every interval is a percentile interval; every generator is seeded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,103 +353,3 @@ def two_level_cost_difference(
         n_clusters=len(cluster_codes(clusters)[0]),
         replicates=reps,
     )
-
-
-def average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..L along the last axis, ties sharing their average rank.
-
-    ``rank = #(smaller) + (#(equal) + 1) / 2``, computed by comparison, so a
-    block drawn twice in a resample is an exact tie. Memory ``[..., L, L]``.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    less = (x[..., None, :] < x[..., :, None]).sum(-1)
-    equal = (x[..., None, :] == x[..., :, None]).sum(-1)
-    return less + (equal + 1) / 2
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Spearman correlation along the last axis (NaN where either side is constant)."""
-    ra, rb = average_ranks(a), average_ranks(b)
-    ra = ra - ra.mean(-1, keepdims=True)
-    rb = rb - rb.mean(-1, keepdims=True)
-    den = np.sqrt((ra**2).sum(-1) * (rb**2).sum(-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (ra * rb).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
-
-
-@dataclass(frozen=True)
-class LayerBootstrap:
-    """Spearman CIs of several criteria under one block bootstrap.
-
-    Attributes:
-        criteria: Criterion names, in the order of :attr:`replicates`.
-        intervals: Name -> Spearman on all blocks with its CI.
-        n_blocks: ``L``.
-        replicates: ``[C, B]`` Spearman of each criterion in each resample
-            (NaN where a resample makes one side constant).
-        seed: Seed of the block draws.
-    """
-
-    criteria: list[str]
-    intervals: dict[str, Interval]
-    n_blocks: int
-    replicates: np.ndarray = field(repr=False, compare=False)
-    seed: int = SEED
-
-    def difference(self, a: str, b: str, level: float = LEVEL) -> tuple[Interval, float]:
-        """``spearman(a) - spearman(b)`` with its paired CI and two-sided p-value."""
-        ia, ib = self.criteria.index(a), self.criteria.index(b)
-        d = self.replicates[ia] - self.replicates[ib]
-        d = d[np.isfinite(d)]
-        est = self.intervals[a].estimate - self.intervals[b].estimate
-        return percentile_interval(est, d, level), bootstrap_p_value(d)
-
-    def to_dict(self) -> dict:
-        """JSON-ready record (replicates left out)."""
-        return {
-            "resampled": "blocks (with replacement; removability and cost at their point values)",
-            "n_blocks": self.n_blocks,
-            "seed": self.seed,
-            "criteria": {
-                k: {"spearman": v.estimate, "ci": [v.low, v.high], "valid_resamples": v.n_boot}
-                for k, v in self.intervals.items()
-            },
-        }
-
-
-def layer_bootstrap_spearman(
-    removability: Mapping[str, Sequence[float]],
-    cost: Sequence[float],
-    n_boot: int = N_BOOT,
-    level: float = LEVEL,
-    seed: int = SEED,
-) -> LayerBootstrap:
-    """Layer bootstrap of each criterion's Spearman with the per-block deletion cost.
-
-    Args:
-        removability: Criterion name -> removability of each block, ``[L]``
-            (finite or ``inf``; lower = more removable, as :mod:`swapprune.validity`).
-        cost: Measured cost of deleting each block alone, ``[L]``.
-        n_boot: Number of resamples.
-        level: Confidence level.
-        seed: Seed of the block draws.
-
-    Returns:
-        Per-criterion intervals and the paired replicates.
-    """
-    y = np.asarray(cost, dtype=np.float64)
-    n_blocks = y.shape[0]
-    if y.ndim != 1 or n_blocks < 3:
-        raise ValueError(f"need a [L] cost vector with L >= 3, got shape {y.shape}")
-    idx = resample_indices(n_blocks, n_boot, seed)  # [B, L]
-    y_boot = y[idx]
-    names = list(removability)
-    reps = np.empty((len(names), n_boot))
-    intervals = {}
-    for c, name in enumerate(names):
-        x = np.asarray(removability[name], dtype=np.float64)
-        if x.shape != y.shape:
-            raise ValueError(f"{name}: removability has shape {x.shape}, cost {y.shape}")
-        reps[c] = spearman(x[idx], y_boot)
-        intervals[name] = percentile_interval(float(spearman(x, y)), reps[c], level)
-    return LayerBootstrap(names, intervals, n_blocks, reps, seed)
