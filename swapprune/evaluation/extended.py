@@ -42,8 +42,8 @@ resample articles:
 Measured on SmolLM2-135M, one thread, on this project's shared 2-core CPU
 (load average 4-6 from other work): 59 windows, 15,104 scored tokens (2.6x
 the matched contract's 5,903), **164 CPU-seconds per model** (232 s of wall
-time under that load); the matched contract took 65 CPU-seconds (101 s) in
-the same session, and ``per_article=2`` (116 windows) 329 CPU-seconds.
+time under that load); measured alongside, the matched contract took 65
+CPU-seconds (101 s), and ``per_article=2`` (116 windows) 329 CPU-seconds.
 """
 
 from __future__ import annotations
