@@ -7,8 +7,10 @@ Public API:
 * :func:`resolve_tasks` validates task names before any model work;
 * :func:`compare` pairs two runs on one task metric (paired bootstrap).
 
-Tasks: ``swapprune_wikitext2_ppl`` (matched sliding-window perplexity) and the
-lm-eval task pack in ``swapprune/tasks`` (``swapprune_wikitext``,
+Tasks: ``swapprune_wikitext2_ppl`` (matched sliding-window perplexity),
+``swapprune_wikitext2_ext`` (every later article of the same split, with an
+article-clustered CI: :mod:`swapprune.evaluation.extended`) and the lm-eval
+task pack in ``swapprune/tasks`` (``swapprune_wikitext``,
 ``swapprune_lambada_openai``, ``swapprune_piqa``, ``swapprune_winogrande``,
 ``swapprune_arc_easy``, ``swapprune_boolq``), all on vendored data; any other
 lm-eval task name is passed through to lm-eval.

@@ -36,7 +36,10 @@ PACK_DIR = Path(__file__).resolve().parent.parent / "tasks"
 #: The paper's matched perplexity contract; run by swapprune through lm-eval's
 #: model API because its windows live in token space (see ``perplexity.py``).
 WIKITEXT2_PPL = contract.TASK
-NATIVE_TASKS = (WIKITEXT2_PPL,)
+#: Every article of WikiText-2 test outside the matched contract's words, with
+#: an article-clustered CI (see ``extended.py``); also run by swapprune itself.
+EXTENDED_PPL = "swapprune_wikitext2_ext"
+NATIVE_TASKS = (WIKITEXT2_PPL, EXTENDED_PPL)
 
 #: The pack's task and tag names (``task:`` and ``tag:`` of ``swapprune/tasks/*.yaml``).
 PACK_TASKS = (
@@ -51,6 +54,7 @@ PACK_TAGS = ("swapprune_zeroshot",)
 
 ALIASES = {
     "wikitext2_ppl": WIKITEXT2_PPL,
+    "wikitext2_ext": EXTENDED_PPL,
     "wikitext": "swapprune_wikitext",
     "lambada": "swapprune_lambada_openai",
     "lambada_openai": "swapprune_lambada_openai",

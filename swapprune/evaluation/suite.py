@@ -8,8 +8,10 @@ import time
 from collections.abc import Iterator
 
 from swapprune.evaluation import contract
+from swapprune.evaluation.extended import run_wikitext2_extended
 from swapprune.evaluation.harness import run_harness
 from swapprune.evaluation.names import (
+    EXTENDED_PPL,
     NATIVE_TASKS,
     WIKITEXT2_PPL,
     check_known,
@@ -69,7 +71,8 @@ def evaluate(
         tasks: Task names or aliases (see :func:`resolve_tasks`).
         limit: Examples per lm-eval task, windows for the perplexity task
             (None: all; for quick checks only).
-        words: Words of WikiText-2 test scored by ``swapprune_wikitext2_ppl``.
+        words: Words of WikiText-2 test scored by ``swapprune_wikitext2_ppl``
+            (and skipped by ``swapprune_wikitext2_ext``).
         max_length: Model context in tokens: the perplexity window, and
             lm-eval's truncation length for every other task.
         batch_size: Sequences per forward pass.
@@ -99,6 +102,11 @@ def evaluate(
         if WIKITEXT2_PPL in names:
             done[WIKITEXT2_PPL] = run_wikitext2_ppl(
                 lm, tokenizer, words=words, max_length=max_length, limit=limit, n_boot=n_boot
+            )
+        if EXTENDED_PPL in names:
+            # Skips exactly the words the matched contract scores, so the two never overlap.
+            done[EXTENDED_PPL] = run_wikitext2_extended(
+                lm, tokenizer, skip_words=words, max_length=max_length, limit=limit, n_boot=n_boot
             )
     # Report in the order asked; the leaves of tags and groups follow, in lm-eval order.
     ordered = {n: done.pop(n) for n in names if n in done}

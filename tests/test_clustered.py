@@ -1,0 +1,118 @@
+"""Bootstraps over articles, seeds x articles and blocks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from swapprune.stats.bootstrap import ci_ppl, paired_cost_ratio, paired_difference
+from swapprune.stats.clustered import (
+    cluster_weights,
+    clustered_ci_ppl,
+    cost_ratio,
+    paired_replicates,
+    two_level_cost_difference,
+    window_weights,
+)
+from swapprune.stats.comparison import compare_cuts
+from swapprune.stats.layers import average_ranks, layer_bootstrap_spearman
+
+TOKENS = 256
+
+
+def _two_articles(windows_per_article: int = 40, seed: int = 0):
+    """Windows of two articles whose perplexities differ: the article, not the window, varies.
+
+    Articles of this population have log-perplexity 3.0 on average; these two
+    sit at 3.3 and 2.9, and their windows scatter only slightly around them.
+    """
+    rng = np.random.default_rng(seed)
+    effect = np.repeat([0.3, -0.1], windows_per_article)
+    log_ppl = 3.0 + effect + rng.normal(0, 0.02, effect.size)
+    articles = np.repeat([7, 12], windows_per_article)
+    return log_ppl * TOKENS, np.full(effect.size, TOKENS), articles
+
+
+def test_clustered_ci_resamples_articles_where_the_window_ci_is_overconfident():
+    nll, tokens, articles = _two_articles()
+    truth = math.exp(3.0)
+    window = ci_ppl(nll, tokens)
+    clustered = clustered_ci_ppl(nll, tokens, articles)
+    assert window.estimate == pytest.approx(clustered.estimate)
+    # Windows of one article are near copies: the window bootstrap sees 80
+    # independent draws and misses the truth; two articles can only say "between them".
+    assert not window.low <= truth <= window.high
+    assert clustered.low <= truth <= clustered.high
+    assert clustered.high - clustered.low > 3 * (window.high - window.low)
+    assert clustered.low == pytest.approx(math.exp(2.9), rel=0.01)
+    assert clustered.high == pytest.approx(math.exp(3.3), rel=0.01)
+
+
+def test_cluster_weights_draw_whole_articles():
+    articles = np.array([5, 5, 5, 9, 9, 2])
+    w = cluster_weights(articles, n_boot=300, seed=1)
+    assert w.shape == (300, 6)
+    # Every window of an article carries its article's draw count ...
+    assert (w[:, 0] == w[:, 1]).all() and (w[:, 1] == w[:, 2]).all() and (w[:, 3] == w[:, 4]).all()
+    # ... and each resample draws 3 articles, whatever their window counts.
+    assert (w[:, [0, 3, 5]].sum(axis=1) == 3).all()
+    assert (w == 0).any() and (w == 3).any()
+
+
+def test_window_weights_reproduce_the_window_bootstrap():
+    rng = np.random.default_rng(2)
+    a = np.column_stack([rng.normal(3, 0.3, 30) * TOKENS, np.full(30, TOKENS)])
+    b = a + np.column_stack([rng.normal(5, 20, 30), np.zeros(30)])
+    ref = paired_difference(a, b, "ppl", n_boot=400, seed=3)
+    points, reps = paired_replicates([a, b], "ppl", None, n_boot=400, seed=3)
+    assert points[1] - points[0] == pytest.approx(ref.difference.estimate)
+    assert np.percentile(reps[1] - reps[0], 2.5) == pytest.approx(ref.difference.low)
+    assert window_weights(30, 400, 3).sum(axis=1).tolist() == [30.0] * 400
+    base = a - np.column_stack([np.full(30, 40.0), np.zeros(30)])
+    ratio = paired_cost_ratio(base, a, b, "ppl", n_boot=400, seed=3)
+    mine = cost_ratio(base, a, b, "ppl", None, n_boot=400, seed=3)
+    assert (mine.estimate, mine.low, mine.high) == pytest.approx(
+        (ratio.estimate, ratio.low, ratio.high)
+    )
+
+
+def test_two_level_with_one_repeated_selection_is_the_article_bootstrap():
+    nll, tokens, articles = _two_articles(10)
+    articles = np.repeat(np.arange(10), 2)  # 10 articles of 2 windows each
+    base = np.column_stack([nll, tokens])
+    a = base * [1.3, 1]
+    b = base * [1.32, 1]
+    # Five seeds that all selected the same two sets re-test one pair of models.
+    one = two_level_cost_difference(base, [a] * 5, [b] * 5, articles, n_boot=500)
+    v = compare_cuts(
+        a, b, "ppl", a_key="A", b_key="B", higher_is_better=False, base_units=base,
+        clusters=articles, n_boot=500,
+    )  # fmt: skip
+    assert one.estimate == pytest.approx(v.estimate)
+    assert (one.interval.low, one.interval.high) == pytest.approx(v.ci)
+    assert one.n_seeds == 5 and one.n_clusters == 10
+    # Seeds that selected different sets add their own spread.
+    b_seeds = [base * [1.3 + s, 1] for s in (0.0, 0.01, 0.02, 0.04, 0.06)]
+    many = two_level_cost_difference(base, [a] * 5, b_seeds, articles, n_boot=500)
+    assert many.interval.high - many.interval.low > one.interval.high - one.interval.low
+    assert len(many.per_seed) == 5 and many.to_dict()["resampled"].startswith("seeds x articles")
+
+
+def test_layer_bootstrap_spearman():
+    cost = np.array([5.0, 0.1, 0.2, 0.3, 0.15, 0.4, 0.6, 0.25, 0.5, 2.0])
+    good = cost * 10  # ranks the blocks exactly as their cost does
+    noisy = np.array([3.0, 0.1, 0.5, 0.2, 0.3, 0.2, 0.9, 0.1, 0.4, 1.0])
+    rng_scores = np.random.default_rng(0).permutation(10).astype(float)
+    res = layer_bootstrap_spearman(
+        {"good": good, "noisy": noisy, "random": rng_scores}, cost, n_boot=500
+    )
+    g, r = res.intervals["good"], res.intervals["random"]
+    assert g.estimate == pytest.approx(1.0) and g.low == pytest.approx(1.0)
+    assert r.low < 0 < r.high  # over 10 blocks a random order is not resolved
+    diff, p = res.difference("good", "random")
+    assert diff.estimate == pytest.approx(g.estimate - r.estimate) and diff.low > 0 and p < 0.05
+    assert res.to_dict()["criteria"]["noisy"]["ci"][0] < res.intervals["noisy"].estimate
+
+
+def test_average_ranks_share_ties():
+    assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]

@@ -1,0 +1,125 @@
+"""Four-outcome verdicts: TOST equivalence, inconclusive with its MDD, Holm over distinct pairs."""
+
+import numpy as np
+import pytest
+
+from swapprune.stats.comparison import compare_cuts
+from swapprune.stats.multiplicity import holm_distinct, primary_contrasts
+from swapprune.stats.verdicts import Margin, cut_key, verdict_from_replicates
+
+TOKENS = 256
+
+
+def _windows(n: int, seed: int = 0):
+    """Per-window ``(nll, tokens)`` of a base model and of one cut measured twice.
+
+    ``a`` and ``b`` are the same cut by construction (cost +30% on every
+    window's perplexity); each carries its own small measurement noise.
+    """
+    rng = np.random.default_rng(seed)
+    log_ppl = rng.normal(3.0, 0.3, n)  # windows differ a lot from each other
+    cut = log_ppl + np.log(1.3)
+    base = np.column_stack([log_ppl * TOKENS, np.full(n, TOKENS)])
+    a = np.column_stack([(cut + rng.normal(0, 0.05, n)) * TOKENS, np.full(n, TOKENS)])
+    b = np.column_stack([(cut + rng.normal(0, 0.05, n)) * TOKENS, np.full(n, TOKENS)])
+    return base, a, b
+
+
+def _compare(ua, ub, u0, **kw):
+    kw.setdefault("a_key", "kept:0,1,2")
+    kw.setdefault("b_key", "kept:0,1,3")
+    return compare_cuts(ua, ub, "ppl", base_units=u0, higher_is_better=False, **kw)
+
+
+def test_tost_calls_two_copies_of_one_cut_equivalent():
+    base, a, b = _windows(200)
+    v = _compare(a, b, base)
+    assert v.outcome == "equivalent" and v.label == "tie (equivalent within +-2 pts)"
+    assert v.p_value >= 0.05 and v.p_tost < 0.05
+    # The TOST decision and the 90% CI inside (-m, m) agree.
+    assert -2 < v.ci_tost[0] < v.ci_tost[1] < 2
+    assert v.equivalence_bound < 2
+    # The same data with a margin below their resolution are not a tie.
+    tight = _compare(a, b, base, margin=Margin(0.1))
+    assert tight.outcome == "inconclusive"
+
+
+def test_too_few_windows_are_inconclusive_never_a_tie():
+    base, a, b = _windows(200)
+    v = _compare(a[:6], b[:6], base[:6])  # the same cuts and margin, 6 windows
+    assert v.outcome == "inconclusive"
+    assert v.label.startswith("inconclusive (MDD ") and "tie" not in v.label
+    assert v.mdd == pytest.approx(2.80 * v.se, rel=0.01) and v.mdd > 2
+    assert v.p_tost >= 0.05
+
+
+def test_a_real_difference_names_the_better_cut():
+    base, a, _ = _windows(100)
+    worse = a.copy()
+    worse[:, 0] += np.log(1.1) * TOKENS  # B costs 10% more perplexity on every window
+    v = _compare(a, worse, base, a="interchange", b="replacement")
+    assert v.outcome == "a_better" and v.label == "interchange better"
+    assert v.estimate == pytest.approx(13.0, abs=0.5)  # 1.3 * 10% = 13 dPPL points
+    assert v.ci[0] > 0 and not v.within_margin
+    # The paper's overlap test misses what the paired test finds: windows vary more than cuts.
+    assert v.overlap and v.overlap_label == "CIs overlap (paper's test: tie)"
+    # Metric units: the same verdict on the perplexity difference itself.
+    m = _compare(a, worse, None, margin=Margin(0.5, "metric"))
+    assert m.outcome == "a_better" and m.estimate == pytest.approx(m.b_value - m.a_value)
+
+
+def test_identical_sets_are_not_tested():
+    base, a, b = _windows(50)
+    v = _compare(a, b, base, a_key="kept:0,2", b_key="kept:0,2")
+    assert v.outcome == "identical" and v.label == "identical"
+    assert np.isnan(v.p_value) and v.to_dict()["p_value"] is None
+    assert cut_key([0, 2]) == cut_key((0, 2)) != cut_key([0, 2], {0: [0, 1]})
+
+
+def test_points_need_a_base():
+    _, a, b = _windows(20)
+    with pytest.raises(ValueError, match="base_units"):
+        compare_cuts(a, b, "ppl", a_key="x", b_key="y", higher_is_better=False)
+    with pytest.raises(ValueError, match="> 0"):
+        Margin(0.0)
+
+
+def _row(a_key, b_key, center, a="A", b="B", seed=0, flip=False):
+    reps = np.random.default_rng(seed).normal(center, 1.0, 1000)
+    if flip:  # the same comparison written the other way round: d -> -d
+        center, reps = -center, -reps
+    return verdict_from_replicates(
+        center, reps, a=a, b=b, a_key=a_key, b_key=b_key, higher_is_better=False
+    )
+
+
+def test_holm_counts_each_distinct_pair_once():
+    xy = _row("x", "y", 2.5)  # p about 0.01
+    xz = _row("x", "z", 0.3, seed=1)
+    rows = [
+        xy,
+        _row("x", "y", 2.5, a="seed1 A", b="seed1 B"),  # the same test on another seed
+        _row("y", "x", 2.5, flip=True),  # the same pair, the other way round
+        xz,
+        _row("x", "x", 0.0),  # identical sets
+    ]
+    assert rows[2].p_value == xy.p_value
+    out = holm_distinct(rows)
+    assert {r.family_size for r in out} == {2}
+    smaller = min(xy.p_value, xz.p_value)
+    assert out[0].p_holm == pytest.approx(min(1.0, 2 * smaller))  # 2 tests, not 4
+    assert out[0].p_holm == out[1].p_holm == out[2].p_holm
+    assert out[0].outcome_holm == "a_better" and out[2].outcome_holm == "b_better"
+    assert out[0].label_holm == "A better" and out[3].label_holm.startswith("inconclusive (MDD ")
+    assert out[4].outcome == "identical" and out[4].p_holm is None
+    assert out[0].mdd_holm > out[0].mdd
+    # Rows that claim one pair but carry different tests are a caller's bug.
+    with pytest.raises(ValueError, match="same pair of models"):
+        holm_distinct([xy, _row("x", "y", 0.5)])
+
+
+def test_primary_contrasts():
+    costs = {"interchange": 30.0, "replacement": 41.0, "auto": 29.0, "bi": 33.0, "sleb": 31.0}
+    costs["random:3"] = 10.0  # random is a control, never "the best baseline"
+    assert primary_contrasts(costs) == [("interchange", "replacement"), ("auto", "sleb")]
+    assert primary_contrasts({"auto": 1.0, "bi": None}) == []
