@@ -250,3 +250,44 @@ def test_existing_output_and_the_source_itself_are_refused(sources, pruned, tmp_
     with pytest.raises(SwappruneError, match="is the source"):
         write_pruned_gguf(sources["llama"], plan, sources["llama"], overwrite=True)
     assert path.read_bytes() == before
+
+
+def test_sliding_layers_list_is_written_for_llama_cpp(sources, tmp_path):
+    """The per-layer list llama.cpp b11434 reads; transformers' GGUF loader still ignores it."""
+    n = CASES["gemma3"][0]
+    plan = PrunePlan.from_removal(n, [2])
+    types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+    kept_types = [types[i] for i in plan.kept]
+    rec = write_pruned_gguf(
+        sources["gemma3"],
+        plan,
+        tmp_path / "listed.gguf",
+        sliding_layers=[t == "sliding_attention" for t in kept_types],
+    )
+    meta = gguf_metadata(read_gguf(rec.path))
+    assert meta["gemma3.attention.sliding_window_pattern"] == [True] * 4 + [False, True, True]
+    view = serving_view(meta, kept_types, kept=plan.kept)
+    assert not view.runtimes["llama.cpp"].differs
+    assert [ly.index for ly in view.runtimes["transformers-gguf"].differs] == [4, 5]
+    assert not phase_rule("gemma3_text", "llama.cpp", meta).constrains
+    with pytest.raises(SwappruneError, match="sliding_layers has 2 entries"):
+        write_pruned_gguf(sources["gemma3"], plan, tmp_path / "x.gguf", sliding_layers=[True] * 2)
+
+
+@pytest.mark.slow
+def test_real_smollm2_gguf_prunes_byte_for_byte_and_reloads_exactly(tmp_path):
+    """SmolLM2-135M Q4_1 (the demo GGUF), 8 of 30 blocks removed."""
+    from swapprune.loading import resolve_source
+
+    src = resolve_source("smollm2-135m").gguf_path
+    plan = PrunePlan.from_removal(30, [3, 5, 8, 11, 14, 17, 20, 26])
+    ref = pruned_reference(src, plan)
+    rec = write_pruned_gguf(src, plan, tmp_path / "model.gguf", check=gguf_selfcheck(ref))
+    assert rec.selfcheck["logits_exact"] and rec.selfcheck["generate_cache_equal"]
+    assert rec.blocks_after == 22 and rec.tensors_after == rec.tensors_before - 8 * 9
+    assert rec.tensor_types.get("Q4_1") and rec.bytes_after < 0.85 * rec.bytes_before
+    old = {t.name: t for t in read_gguf(src).tensors}
+    for t in read_gguf(rec.path).tensors:
+        m = re.fullmatch(r"blk\.(\d+)\.(.+)", t.name)
+        name = f"blk.{plan.kept[int(m.group(1))]}.{m.group(2)}" if m else t.name
+        assert t.data.tobytes() == old[name].data.tobytes(), t.name

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-HIDDEN, FFN, HEADS, KV_HEADS = 64, 128, 4, 2
-HEAD_DIM = HIDDEN // HEADS
+HIDDEN, FFN = 64, 128
+# (heads, kv heads, head dim). Gemma-3's head dim is 256 because transformers' GGUF loader
+# keeps the config default query_pre_attn_scalar=256 while llama.cpp scales by the head dim:
+# the two agree only where they are equal, as in the released Gemma-3 models.
+HEADS = {"llama": (4, 2, 16), "gemma3": (2, 1, 256)}
 WINDOW = 4  # Gemma-3 sliding window: shorter than the check windows, so types matter
 
 
@@ -24,6 +27,11 @@ def _tokens() -> tuple[list[str], list[str], int]:
     merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "e r", "o n", "r e"]
     tokens = specials + list(bytes_to_unicode().values()) + [m.replace(" ", "") for m in merges]
     return tokens, merges, len(specials)
+
+
+def tiny_vocab() -> list[str]:
+    """The tiny vocabulary's pieces, by id."""
+    return _tokens()[0]
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", layers: int = 4, seed: int = 0) -> Path:
@@ -37,6 +45,7 @@ def write_tiny_gguf(path: Path, arch: str = "llama", layers: int = 4, seed: int 
     import gguf
     from gguf import GGMLQuantizationType as Q
 
+    heads, kv_heads, head_dim = HEADS[arch]
     rng = np.random.default_rng(seed)
     tokens, merges, n_special = _tokens()
     w = gguf.GGUFWriter(str(path), arch)
@@ -45,17 +54,17 @@ def write_tiny_gguf(path: Path, arch: str = "llama", layers: int = 4, seed: int 
     w.add_context_length(128)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(len(tokens))
     if arch == "gemma3":
-        w.add_key_length(HEAD_DIM)
-        w.add_value_length(HEAD_DIM)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
         w.add_sliding_window(WINDOW)
     else:
-        w.add_rope_dimension_count(HEAD_DIM)
+        w.add_rope_dimension_count(head_dim)
         w.add_array("llama.test.layer_ids", list(range(layers)))
         w.add_array("llama.rope.dimension_sections", [2] * layers)
     w.add_tokenizer_model("gpt2")
@@ -81,21 +90,21 @@ def write_tiny_gguf(path: Path, arch: str = "llama", layers: int = 4, seed: int 
         else:
             w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
 
-    kv = HEAD_DIM * KV_HEADS
+    q, kv = head_dim * heads, head_dim * kv_heads
     tensor("token_embd.weight", (len(tokens), HIDDEN), Q.F16 if arch == "gemma3" else Q.Q8_0)
     for i in range(layers):
         tensor(f"blk.{i}.attn_norm.weight", (HIDDEN,), Q.F32)
-        tensor(f"blk.{i}.attn_q.weight", (HIDDEN, HIDDEN), Q.Q4_0)
+        tensor(f"blk.{i}.attn_q.weight", (q, HIDDEN), Q.Q4_0)
         tensor(f"blk.{i}.attn_k.weight", (kv, HIDDEN), Q.Q8_0)
         tensor(f"blk.{i}.attn_v.weight", (kv, HIDDEN), Q.Q8_0)
-        tensor(f"blk.{i}.attn_output.weight", (HIDDEN, HIDDEN), Q.Q4_0)
+        tensor(f"blk.{i}.attn_output.weight", (HIDDEN, q), Q.Q4_0)
         tensor(f"blk.{i}.ffn_norm.weight", (HIDDEN,), Q.F32)
         tensor(f"blk.{i}.ffn_gate.weight", (FFN, HIDDEN), Q.Q4_0)
         tensor(f"blk.{i}.ffn_up.weight", (FFN, HIDDEN), Q.Q8_0)
         tensor(f"blk.{i}.ffn_down.weight", (HIDDEN, FFN), Q.Q4_0)
         if arch == "gemma3":
-            tensor(f"blk.{i}.attn_q_norm.weight", (HEAD_DIM,), Q.F32)
-            tensor(f"blk.{i}.attn_k_norm.weight", (HEAD_DIM,), Q.F32)
+            tensor(f"blk.{i}.attn_q_norm.weight", (head_dim,), Q.F32)
+            tensor(f"blk.{i}.attn_k_norm.weight", (head_dim,), Q.F32)
             tensor(f"blk.{i}.post_attention_norm.weight", (HIDDEN,), Q.F32)
             tensor(f"blk.{i}.post_ffw_norm.weight", (HIDDEN,), Q.F32)
     tensor("output_norm.weight", (HIDDEN,), Q.F32)

@@ -19,7 +19,9 @@ What the sources say, in short:
   family's period. Its converter writes that list for OLMo2/3 and Gemma-3n only;
   Gemma-2/3, Cohere2 and GPT-OSS GGUFs carry none, so the period rules. Earlier
   builds (2025) set the period unconditionally. It also picks Gemma-2/3's
-  attention scale by layer count (the 27B scale only at 46/62 layers).
+  attention scale by layer count (the 27B scale only at 46/62 layers). Both
+  halves (the index rule, and the list winning over it) are measured against
+  llama.cpp itself in ``tests/test_llama_cpp.py``.
 """
 
 from __future__ import annotations

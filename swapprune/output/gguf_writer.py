@@ -31,13 +31,14 @@ import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from swapprune.artifacts import apply_umask
 from swapprune.errors import SwappruneError
+from swapprune.model.serving_rules import GGUF_SWA_LIST
 from swapprune.plan import PrunePlan
 
 # GGUF architectures the writer handles: their per-layer state is the blk.N tensors and the
@@ -189,6 +190,7 @@ def write_pruned_gguf(
     *,
     overwrite: bool = False,
     check: Callable[[Path], dict[str, Any]] | None = None,
+    sliding_layers: Sequence[bool] | None = None,
 ) -> GGUFRecord:
     """Write ``source`` with the blocks ``plan`` removes left out, as ``out``.
 
@@ -200,6 +202,12 @@ def write_pruned_gguf(
         check: called with the finished temporary file before it is renamed
             into place (the self-check); it raises to refuse the file, and its
             result is stored in the record.
+        sliding_layers: per kept block, whether it uses the sliding window; written
+            as the per-layer list ``{arch}.attention.sliding_window_pattern``
+            (replacing any), which llama.cpp b11434 reads instead of deriving the
+            pattern from the index. Older llama.cpp builds and transformers' GGUF
+            loader ignore it, so it does not make an out-of-phase cut pass the
+            self-check (see :mod:`swapprune.model.serving`).
 
     Returns:
         What was written (sizes, counts, trimmed keys, the check's result).
@@ -225,6 +233,11 @@ def write_pruned_gguf(
     arch, old_n = _arch_and_count(reader, src)
     if plan.num_layers != old_n:
         raise SwappruneError(f"plan is for {plan.num_layers} blocks but {src} has {old_n}")
+    if sliding_layers is not None and len(sliding_layers) != len(plan.kept):
+        raise SwappruneError(
+            f"sliding_layers has {len(sliding_layers)} entries for {len(plan.kept)} kept blocks"
+        )
+    swa_key = f"{arch}.{GGUF_SWA_LIST}"
     new_slot = {old: new for new, old in enumerate(plan.kept)}
 
     renamed: list[tuple[str, Any]] = []
@@ -257,6 +270,8 @@ def write_pruned_gguf(
             if name == "general.alignment":
                 writer.add_custom_alignment(int(fld.contents()))
                 continue
+            if name == swa_key and sliding_layers is not None:
+                continue  # replaced below
             value, vtype, sub = field_value(fld)
             if name == f"{arch}.block_count":
                 value = len(plan.kept)
@@ -271,6 +286,8 @@ def write_pruned_gguf(
             if vtype == GGUFValueType.ARRAY and not value:
                 continue  # GGUFWriter cannot write an empty array (nor can one carry meaning)
             writer.add_key_value(name, value, vtype, sub_type=sub)
+        if sliding_layers is not None:
+            writer.add_array(swa_key, [bool(v) for v in sliding_layers])
         for name, t in renamed:
             writer.add_tensor(
                 name, t.data, raw_dtype=t.tensor_type, tensor_endianess=reader.endianess
