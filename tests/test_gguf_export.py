@@ -20,7 +20,7 @@ from swapprune.errors import SwappruneError
 from swapprune.model.phase import eligible_removals, in_phase, phase_rule
 from swapprune.model.serving import serving_view
 from swapprune.output.gguf_check import gguf_selfcheck, load_gguf_model, pruned_reference
-from swapprune.output.gguf_writer import gguf_metadata, read_gguf, write_pruned_gguf
+from swapprune.output.gguf_writer import check_source, gguf_metadata, read_gguf, write_pruned_gguf
 from swapprune.plan import PrunePlan
 
 CASES = {
@@ -212,6 +212,8 @@ def test_unknown_architecture_is_refused(tmp_path):
     _one_line_nothing_written(
         tmp_path, path, PrunePlan.from_removal(2, [1]), "does not support architecture 'falcon'"
     )
+    with pytest.raises(SwappruneError, match="'falcon'"):
+        check_source(path)
 
 
 def test_tensors_beyond_the_block_count_are_refused(tmp_path):

@@ -169,6 +169,14 @@ def _arch_and_count(reader: Any, path: Path) -> tuple[str, int]:
     return arch, int(count.contents())
 
 
+def check_source(path: str | os.PathLike) -> tuple[str, int]:
+    """``(arch, block_count)`` of a GGUF the writer can prune; one-line error otherwise.
+
+    For validating a ``--gguf`` request before the model loads.
+    """
+    return _arch_and_count(read_gguf(path), Path(path))
+
+
 def refuse_merge(plan: PrunePlan) -> None:
     """Refuse a merge plan for GGUF output, in one line (callable when the request is validated).
 
