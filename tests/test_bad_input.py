@@ -54,6 +54,10 @@ CASES = [
     (["eval", "--tasks", "wikitext2_pl"], "did you mean"),
     (["compare", "--budgets", "0"], "budgets must be positive"),
     (["compare", "--criteria", "bii"], "did you mean 'bi'"),
+    (["--budget", "1", "--certify-sets", "0"], "certify_sets must be >= 1"),
+    (["--budget", "1", "--certify-delta", "-1"], "certify_delta must be >= 0"),
+    (["--budget", "1", "--heldout-tokens", "1000"], "heldout_tokens 1000 exceeds the model's"),
+    (["--budget", "1", "--heldout-calib", "missing.txt"], "heldout_calib: file missing.txt"),
 ]
 
 
@@ -153,3 +157,15 @@ def test_overwrite_never_replaces_the_model_or_the_working_directory(
     assert main(["--model", model_dir, "--budget", "1", "--output", ".", "--overwrite"]) == 2
     assert "working directory" in capsys.readouterr().err
     assert (tmp_path / "plan.json").exists()
+
+
+def test_a_heldout_source_with_too_few_windows_is_one_line(model_dir, tmp_path, capsys):
+    """Found when the windows are cut, after the load and before any forward pass."""
+    short = tmp_path / "short.txt"
+    short.write_text("too short for any held-out window. " * 10)
+    out = tmp_path / "out"
+    argv = ["--model", model_dir, "--budget", "1", "--output", str(out), "--no-progress"]
+    assert main([*argv, "--heldout-calib", str(short), "--prompts", "4", "--tokens", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "held-out source" in err[0] and "lower --heldout-prompts" in err[0]
+    assert not out.exists() and not list(tmp_path.glob(".out*"))

@@ -1,0 +1,197 @@
+"""The regret certificate: ties certify, a better challenger wins, held-out windows stay held out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiny_models import tiny_tokenizer
+
+from swapprune.calibration.heldout import heldout_windows
+from swapprune.calibration.tokens import encode
+from swapprune.calibration.windows import load_calibration, source_text
+from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.errors import SwappruneError
+from swapprune.select import criteria
+from swapprune.select.adaptive import AdaptiveSettings, tranches
+from swapprune.select.certificate import certify, plausible_sets, spending_quantile
+from swapprune.select.constraints import Constraints
+from swapprune.select.strategies import get_strategy
+
+H, T = 40, 511  # held-out windows, scored tokens per window
+
+
+def nll_table(costs: dict, noise: float, seed: int = 0) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Per-window summed NLL of sets whose true cost (dPPL, a fraction) is ``costs[set]``.
+
+    Every window gets the same shared difficulty (so sets are paired) plus independent noise.
+    """
+    rng = np.random.default_rng(seed)
+    tokens = np.full(H, T, dtype=float)
+    difficulty = rng.normal(0, 0.3, H)
+    base = (3.0 + difficulty) * tokens
+    out = {}
+    for s, c in costs.items():
+        per_token = 3.0 + np.log1p(c) + difficulty + rng.normal(0, noise, H)
+        out[s] = per_token * tokens
+    return out, base, tokens
+
+
+def test_two_exactly_tied_sets_certify():
+    """Equal true cost: the regret is noise around 0 and stays under the tolerance."""
+    nll, base, tokens = nll_table({(3, 5): 0.30, (4, 6): 0.30}, noise=0.002)
+    cert = certify((3, 5), nll, base, tokens)
+    assert cert.certified and not cert.switched and cert.kept == [3, 5]
+    assert cert.r95 < cert.delta and cert.p_within > 0.95
+    # no tie-break by noise: the challenger's CI straddles 0
+    lo, hi = cert.sets[1]["better_than_chosen_ci"]
+    assert lo < 0 < hi
+
+
+def test_the_frequent_but_costly_set_loses_to_its_challenger():
+    """The criterion's choice is clearly worse on held-out windows: the challenger is kept."""
+    nll, base, tokens = nll_table({(3, 5): 0.40, (4, 6): 0.30, (2, 7): 0.60}, noise=0.002)
+    cert = certify((3, 5), nll, base, tokens)
+    assert cert.switched and cert.kept == [4, 6] and cert.chosen == [3, 5]
+    assert cert.gain == pytest.approx(10.0, abs=0.5)  # 40% -> 30%: ten dPPL points
+    assert cert.certified  # the kept set is itself the best of the plausible ones
+    assert cert.sets[1]["better_than_chosen_ci"][0] > 0
+
+
+def test_a_costly_choice_that_cannot_be_told_apart_is_not_certified():
+    """Noise too large to separate the sets, and a gap too large to forgive: not certified."""
+    nll, base, tokens = nll_table({(3, 5): 0.34, (4, 6): 0.30}, noise=0.3)
+    cert = certify((3, 5), nll, base, tokens)
+    assert not cert.switched and not cert.certified and cert.r95 > cert.delta
+    assert "NOT certified" in cert.summary()
+
+
+def test_delta_defaults_to_one_point_or_five_percent_of_the_cost():
+    nll, base, tokens = nll_table({(1, 2): 0.10}, noise=0.0)
+    assert certify((1, 2), nll, base, tokens).delta == pytest.approx(1.0)
+    nll, base, tokens = nll_table({(1, 2): 0.60}, noise=0.0)
+    assert certify((1, 2), nll, base, tokens).delta == pytest.approx(3.0, rel=1e-6)
+    assert certify((1, 2), nll, base, tokens, delta=0.5).delta == 0.5
+
+
+def test_plausible_sets_floor_cap_and_mass_outside():
+    counts = {(1, 3): 50, (2, 4): 30, (1, 4): 15, (5, 7): 3, (6, 8): 2}
+    sets, mass = plausible_sets((2, 4), counts, floor=0.05, max_sets=6)
+    assert sets == [(2, 4), (1, 3), (1, 4)] and mass == pytest.approx(0.05)
+    sets, mass = plausible_sets((2, 4), counts, floor=0.05, max_sets=2)
+    assert sets == [(2, 4), (1, 3)] and mass == pytest.approx(0.20)
+    sets, mass = plausible_sets((2, 4), None, extra=[(5, 6)])
+    assert sets == [(2, 4), (5, 6)] and mass is None
+
+
+def test_spending_over_looks_raises_the_quantile():
+    assert spending_quantile(1) == pytest.approx(0.95)
+    assert spending_quantile(8) == pytest.approx(1 - 0.05 / 8)
+
+
+L = 8
+PAIRS = [(i, i + 1) for i in range(L - 1)]
+
+
+def _tied_measure(calls):
+    """Two pairs exactly tied at the bottom, the rest far above: a near-tie for ever."""
+    means = {p: 2.0 + p[0] for p in PAIRS}
+    means[(1, 2)], means[(5, 6)] = 0.050, 0.0505
+
+    def measure(pairs, rows):
+        calls.append(list(pairs))
+        out = {}
+        for p in pairs:
+            z = np.array(
+                [np.random.default_rng(1000 * p[0] + int(r)).standard_normal() for r in rows]
+            )
+            inter = means[p] * np.maximum(0.05, 1 + 0.3 * z)
+            out[p] = {"inter": inter, "repl_ij": 4 * inter, "repl_ji": 3 * inter}
+        return out
+
+    return measure
+
+
+def _run(judge):
+    calls = []
+    res = tranches(
+        _tied_measure(calls),
+        PAIRS,
+        {"num_layers": L},
+        [criteria.get("interchange")],
+        get_strategy("greedy"),
+        1,
+        Constraints(L),
+        AdaptiveSettings(target=0.9, tranche=8, max_windows=64, n_boot=300),
+        judge=judge,
+    )
+    return res, calls
+
+
+def test_a_near_tie_runs_to_the_cap_on_frequency_but_stops_on_the_certificate():
+    """The two pairs' scores differ by 1%; on held-out windows, by construction, the sets
+    their blocks make cost the same: a near-tie the frequency can never settle."""
+    freq, _ = _run(None)
+    assert freq.stopped == "max windows" and freq.scores.num_windows() == 64
+
+    looks = []
+
+    def judge(scores, stability, look, n_looks):
+        chosen = stability["interchange"].chosen
+        sets, mass = plausible_sets(chosen, stability["interchange"].counts)
+        costs = {s: 0.30 for s in sets}  # equal true cost: a tie
+        nll, base, tokens = nll_table(costs, noise=0.002, seed=look)
+        cert = certify(chosen, nll, base, tokens, quantile=spending_quantile(n_looks))
+        looks.append((look, n_looks, len(sets)))
+        return {"certified": cert.certified, "r_stop": cert.r_stop}
+
+    cert, calls = _run(judge)
+    assert cert.stopped == "certified" and len(cert.rounds) == 1 and len(calls) == 1
+    assert cert.scores.num_windows() == 8 and looks == [(1, 8, looks[0][2])]
+    assert looks[0][2] >= 2  # both tied sets were plausible: the certificate saw the tie
+    assert cert.scores.meta["adaptive"]["stop_rule"] == "certificate"
+
+
+def test_heldout_windows_never_touch_the_scoring_windows():
+    """Checked on token ids: every held-out window is its own span of the text, and no span
+    meets a scoring window's (the adaptive pool included)."""
+    tok = tiny_tokenizer()
+    scoring = load_calibration(tok, None, prompts=64, tokens=48, seed=3)
+    held = heldout_windows(tok, None, 16, 200, 3, [scoring])
+    ids = encode(tok, source_text("wikitext2-valid"), add_special_tokens=False)
+    bos = held.input_ids.shape[1] - (held.spans[0][1] - held.spans[0][0])
+    for row, (a, b) in zip(held.input_ids.tolist(), held.spans):
+        assert row[bos:] == ids[a:b]
+        for s, e in scoring.spans:
+            assert b <= s or e <= a
+    for row, (a, b) in zip(scoring.input_ids.tolist(), scoring.spans):
+        assert row[bos:] == ids[a:b]
+    taken = {i for s, e in scoring.spans for i in range(s, e)}
+    assert not taken & {i for s, e in held.spans for i in range(s, e)}
+    # a second held-out set for auto's search avoids both
+    more = heldout_windows(tok, None, 16, 200, 4, [scoring, held])
+    assert not {i for s, e in more.spans for i in range(s, e)} & (
+        taken | {i for s, e in held.spans for i in range(s, e)}
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"certify_sets": 0}, "certify_sets must be >= 1"),
+        ({"certify_delta": -0.5}, "certify_delta must be >= 0"),
+        ({"certify_floor": 0.0}, "certify_floor must be in"),
+        ({"heldout_prompts": 1}, "heldout_prompts must be >= 2"),
+    ],
+)
+def test_bad_certificate_settings_are_refused_before_any_model(kw, match):
+    with pytest.raises(SwappruneError, match=match) as e:
+        SelectConfig(budget=2, **kw).check(CalibrationConfig())
+    assert "\n" not in str(e.value)
+
+
+def test_too_few_heldout_windows_is_one_line():
+    tok = tiny_tokenizer()
+    scoring = load_calibration(tok, None, prompts=8, tokens=32, seed=0)
+    with pytest.raises(SwappruneError, match="held-out source .* windows of 100000 tokens") as e:
+        heldout_windows(tok, None, 8, 100000, 0, [scoring])
+    assert "\n" not in str(e.value)
