@@ -98,14 +98,12 @@ def load(config: RunConfig, checked: Checked | None = None, progress: bool = Tru
 
 
 def calibrate(config: RunConfig, loaded: Loaded):
-    """The calibration windows of ``config.calibration`` (the whole pool when probing in tranches)."""
+    """The calibration windows of ``config.calibration`` (the pool, when probing in tranches)."""
     from swapprune.calibration.windows import load_calibration
 
     c = config.calibration
-    spec = loaded.selection
-    prompts = c.max_prompts if spec is not None and spec.adaptive is not None else c.prompts
     return load_calibration(
-        loaded.tokenizer, c.calib, prompts, c.tokens, c.seed, loaded.facts.context_length
+        loaded.tokenizer, c.calib, c.prompts, c.tokens, c.seed, loaded.facts.context_length
     )
 
 
@@ -271,7 +269,9 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     if book is not None:
         book.metrics["stability"] = stab.to_dict() | {"summary": stab.summary()}
         book.say(stab.summary())
-        warning = stab.warning()
+        # The certificate is the headline: a certified cut needs no frequency warning.
+        certified = (plan.scores.get("certificate") or {}).get("certified")
+        warning = None if certified else stab.warning()
         if warning:
             book.say(warning)
             book.metrics["stability"]["warning"] = warning

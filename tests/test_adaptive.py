@@ -115,8 +115,11 @@ def test_bad_settings_are_one_line_errors_before_any_probe(kw, match):
             AdaptiveSettings(**settings),
         )
     assert "\n" not in str(e.value) and calls == []
-    names = {"target": "target_frequency", "tranche": "tranche", "max_windows": "max_prompts"}
+    names = {"target": "target_frequency", "tranche": "tranche", "max_windows": "prompts"}
     cal = CalibrationConfig(adaptive="on", **{names[k]: v for k, v in kw.items()})
+    if "tranche" in kw:  # from the configuration, a pool smaller than a tranche is one round
+        assert build(SelectConfig(budget=1), cal, L).adaptive.tranche == kw["max_windows"]
+        return
     with pytest.raises(SwappruneError, match=match):
         build(SelectConfig(budget=1), cal, L)  # the spec is refused before any model work
 
@@ -125,7 +128,7 @@ def test_tiny_model_values_equal_a_direct_score_on_the_same_windows():
     model = tiny_model("llama")
     pool = Calibration(tiny_ids(12, 16, seed=5), "tensor", 0)
     cal = CalibrationConfig(
-        adaptive="on", target_frequency=0.99, tranche=4, max_prompts=12, batch_size=4
+        adaptive="on", target_frequency=0.99, tranche=4, prompts=12, batch_size=4
     )
     spec = build(SelectConfig(budget=1), cal, 6)
     both = [criteria.get("interchange"), criteria.get("replacement")]

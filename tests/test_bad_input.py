@@ -42,7 +42,7 @@ CASES = [
         ["--budget", "1", "--protocol", "auto", "--target-frequency", "1.5"],
         "stability target must be in (0, 1]",
     ),
-    (["--budget", "1", "--adaptive", "on", "--max-prompts", "8"], "smaller than one tranche"),
+    (["--budget", "1", "--protocol", "bi", "--adaptive", "on"], "adaptive calibration works"),
     (["--budget", "1", "--adaptive", "sometimes"], "unknown adaptive 'sometimes'"),
     (["--budget", "1", "--stability-threshold", "0"], "stability_threshold must be in (0, 1]"),
     (["--budget", "1", "--cost-windows", "1"], "cost windows must be 0 (all) or >= 2"),

@@ -163,7 +163,7 @@ def test_auto_criterion_passes_through(tiny_dir, calib_ids):
     state = State(model=model)
     state.data.calib = _loader(calib_ids)
     mod = DepthPruningModifier(
-        budget=BUDGET, protocol="auto", prompts=WINDOWS, tokens=TOKENS, tranche=4, max_prompts=8
+        budget=BUDGET, protocol="auto", prompts=WINDOWS, tokens=TOKENS, tranche=4
     )
     mod.initialize(state)
     assert mod.plan.protocol == "auto" and mod.plan.scores["auto"]["regime"]["call"]

@@ -62,7 +62,7 @@ def test_prune_run_compare_and_python_agree(tmp_path):
 
 def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     model_dir = str(save_tiny("llama", tmp_path / "m"))
-    fast = ["--tokens", "32", "--max-prompts", "16", "--tranche", "8", "--no-progress"]
+    fast = ["--tokens", "32", "--prompts", "16", "--tranche", "8", "--no-progress"]
     out = tmp_path / "auto"
     assert (
         main(
@@ -224,7 +224,7 @@ def test_python_auto_selects_as_the_cli_does(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = str(save_tiny("llama", tmp_path / "m"))
-    adaptive = ["--tranche", "4", "--max-prompts", "8"]
+    adaptive = ["--tranche", "4", "--prompts", "8"]
     out = tmp_path / "auto"
     argv = ["--model", model_dir, "--budget", "1", "--protocol", "auto", "--output", str(out)]
     assert main([*argv, "--no-eval", "--no-selfcheck", *SETTINGS, *adaptive]) == 0
@@ -236,11 +236,10 @@ def test_python_auto_selects_as_the_cli_does(tmp_path):
         AutoTokenizer.from_pretrained(model_dir),
         budget=1,
         protocol="auto",
-        prompts=4,
+        prompts=8,
         tokens=32,
         seed=3,
         tranche=4,
-        max_prompts=8,
         progress=False,
     )
     assert plan.removed == cli["removed"]

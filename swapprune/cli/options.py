@@ -24,7 +24,6 @@ QUICK = {
     "calibration.tokens": 64,
     "score.bootstrap": 200,
     "cost.windows": 4,
-    "calibration.max_prompts": 32,
     "calibration.tranche": 8,
 }
 

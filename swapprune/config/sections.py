@@ -61,7 +61,11 @@ class CalibrationConfig:
         None,
         "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
     )
-    prompts: int = opt(64, "number of calibration windows")
+    prompts: int = opt(
+        64,
+        "calibration windows; probing in tranches (--adaptive): at most this many, in "
+        "tranches of --tranche",
+    )
     tokens: int = opt(128, "tokens per window")
     seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
     positions: str = opt(
@@ -72,22 +76,23 @@ class CalibrationConfig:
     batch_size: int = opt(8, "windows per forward pass")
     adaptive: str = opt(
         "auto",
-        "score in tranches until the selection is stable: on, off, or "
-        "auto (on for --protocol auto)",
+        "probe in tranches of windows until the cut is certified: on, off, or auto (on for "
+        "the swap criteria and --protocol auto, when the cut is certified)",
     )
     target_frequency: float = opt(
-        0.9, "adaptive: stop when the chosen set comes out in this share of bootstrap resamples"
+        0.9,
+        "adaptive without a certificate (--no-certify): stop when the chosen set comes out in "
+        "this share of bootstrap resamples",
     )
-    tranche: int = opt(16, "adaptive: windows added per round")
-    max_prompts: int = opt(128, "adaptive: never probe more windows than this")
+    tranche: int = opt(8, "adaptive: windows added per round (the first round probes every pair)")
 
     def check(self) -> None:
         choice("adaptive", self.adaptive, ("auto", "on", "off"))
-        if self.adaptive != "off":
-            self.adaptive_settings().check()
         choice("positions", self.positions, POSITIONS)
         positive("prompts", self.prompts)
         positive("tokens", self.tokens, 2)
+        if self.adaptive == "on":
+            self.adaptive_settings().check()
         positive("seed", self.seed, 0)
         positive("batch_size", self.batch_size)
         check_text_file("calib", self.calib)
@@ -96,10 +101,11 @@ class CalibrationConfig:
         """The :class:`~swapprune.select.adaptive.AdaptiveSettings` of these fields."""
         from swapprune.select.adaptive import AdaptiveSettings
 
+        # A pool smaller than a tranche is probed in one round.
         return AdaptiveSettings(
             target=self.target_frequency,
-            tranche=self.tranche,
-            max_windows=self.max_prompts,
+            tranche=min(self.tranche, self.prompts),
+            max_windows=self.prompts,
             seed=self.seed,
         )
 

@@ -71,7 +71,6 @@ CALIBRATION_FIELDS = (
     "adaptive",
     "target_frequency",
     "tranche",
-    "max_prompts",
 )
 #: SelectConfig fields a modifier has no use for: it applies no saved plan, and it scores
 #: inside oneshot (``modifier.scores`` holds what it measured).

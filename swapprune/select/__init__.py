@@ -73,12 +73,12 @@ def select(
             progress=progress,
         )
     else:
-        record, quantile = None, None
+        record, quantile, tiebreak = None, None, None
         if spec.policy == "adaptive" and scores is None:
             from swapprune.select.adaptive import adaptive_score
 
             result = adaptive_score(model, spec, calibration, model_id=model_id, heldout=heldout)
-            scores, record = result.scores, result.to_dict()
+            scores, record, tiebreak = result.scores, result.to_dict(), result.tiebreak
             meta = scores.meta["adaptive"]
             if meta["stop_rule"] == "certificate":
                 from swapprune.select.certificate import spending_quantile
@@ -87,7 +87,13 @@ def select(
         from swapprune.select.core import select_fixed
 
         plan, scores = select_fixed(
-            model, spec, calibration, scores, model_id=model_id, progress=progress
+            model,
+            spec,
+            calibration,
+            scores,
+            model_id=model_id,
+            progress=progress,
+            tiebreak=tiebreak,
         )
         if record is not None:
             plan.scores["adaptive"] = record

@@ -125,6 +125,7 @@ class AdaptiveResult:
     block_evals: int = 0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    tiebreak: Any = None  # [L] residual norms the stopping rule and the plan share
 
     def to_dict(self) -> dict:
         return {
@@ -343,13 +344,17 @@ def adaptive_score(
     pairs = [(i, i + 1) for i in range(L - 1)]
     tiebreak = None
     if any(c.tiebreak == "residual" for c in crits):
-        # The plan breaks ties by the residual update measured on this pool; the stopping
-        # rule must judge the selection the plan will actually make.
+        # The plan breaks ties by the residual update measured on the first tranche (the
+        # windows every pair is probed on), and the stopping rule judges that same plan.
         from swapprune.engine.oracle import residual_norms
 
-        tiebreak = residual_norms(model, ids, spec.batch_size)
-        counter["block_evals"] += L * -(-ids.shape[0] // spec.batch_size)
-        counter["block_tokens"] += L * ids.shape[0] * ids.shape[1]
+        first = np.random.default_rng(settings.seed).permutation(
+            min(settings.max_windows, ids.shape[0])
+        )[: settings.tranche]
+        sub = ids[torch.as_tensor(first)]
+        tiebreak = residual_norms(model, sub, spec.batch_size)
+        counter["block_evals"] += L * -(-sub.shape[0] // spec.batch_size)
+        counter["block_tokens"] += L * sub.shape[0] * sub.shape[1]
     judge = None
     if heldout is not None and spec.certify:
         from swapprune.select.certify import certificate_judge
@@ -372,6 +377,7 @@ def adaptive_score(
         min(settings.max_windows, ids.shape[0])
     )[: result.scores.num_windows()]
     result.block_evals = counter["block_evals"]
+    result.tiebreak = tiebreak
     probed = {k: v for k, v in meta_box["meta"].items() if k != "timing"}
     result.scores.meta = {**probed, **result.scores.meta}
     result.scores.meta["calibration"] = {

@@ -60,6 +60,7 @@ def select_fixed(
     *,
     model_id: str = "",
     progress: bool = True,
+    tiebreak=None,
 ) -> tuple[PrunePlan, Any]:
     """The plan of ``spec``'s criterion and strategy; returns ``(plan, scores)``.
 
@@ -70,6 +71,8 @@ def select_fixed(
             when probes are missing, the criterion or strategy queries the model, or
             equal importances need the residual tie-break.
         scores: probe scores to reuse; probed on ``calibration`` when they lack a probe.
+        tiebreak: ``[L]`` residual norms measured already (adaptive calibration's), used
+            instead of measuring them on ``calibration``.
     """
     crit, strategy, cons = spec.criterion, spec.strategy, spec.constraints
     wants = strategy.needs | (strategy.wants & crit.provides)
@@ -91,7 +94,11 @@ def select_fixed(
         num_layers=cons.num_layers, scores=scores, oracle=oracle, seed=spec.seed
     )
     importance = crit.importance(ctx)
-    tiebreak = _tiebreak(crit, importance, cons, model, oracle, calibration, spec.batch_size)
+    given = tiebreak is not None
+    if not given:
+        tiebreak = _tiebreak(crit, importance, cons, model, oracle, calibration, spec.batch_size)
+    elif crit.tiebreak != "residual":
+        tiebreak = None
     inputs = selection_inputs(crit, strategy, ctx, importance, spec.budget, cons, tiebreak)
     choice = strategy.choose(inputs)
     record: dict[str, Any] = {"importance": [_num(x) for x in importance]}
@@ -105,7 +112,7 @@ def select_fixed(
         record["oracle_calls"] = oracle.calls
         record["oracle_metric"] = oracle.metric
         record["oracle_compute"] = oracle.compute()
-    if tiebreak is not None and oracle is None and calibration is not None:
+    if tiebreak is not None and not given and oracle is None and calibration is not None:
         n, t = calibration.input_ids.shape  # one base pass over the windows
         record["tiebreak_compute"] = {
             "block_evals": cons.num_layers * -(-n // spec.batch_size),

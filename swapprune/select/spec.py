@@ -180,11 +180,13 @@ def resolve(select: SelectConfig, calibration: CalibrationConfig):
 def adaptive_on(select: SelectConfig, calibration: CalibrationConfig) -> bool:
     """Whether the selection probes in tranches of a window pool (``--adaptive``).
 
-    ``auto`` (the default setting) turns it on for ``--protocol auto`` only.
+    ``auto`` (the default setting) turns it on for ``--protocol auto``, and for the swap
+    criteria when the cut is certified (the certificate is what stops the tranches).
     """
-    return calibration.adaptive == "on" or (
-        calibration.adaptive == "auto" and select.protocol == AUTO
-    )
+    if calibration.adaptive != "auto":
+        return calibration.adaptive == "on"
+    swap = select.protocol in criteria_mod.SWAP and select.certify and select.op == "remove"
+    return select.protocol == AUTO or swap
 
 
 def build(
@@ -207,6 +209,15 @@ def build(
     cons = Constraints(num_layers, select.protect_first, select.protect_last)
     strategy.check(select.budget, cons)
     tranches = adaptive_on(select, calibration) and not (scores_given or select.scores)
+    if tranches and strategy.queries_model and select.protocol != AUTO:
+        if calibration.adaptive == "on":
+            raise SwappruneError(
+                f"adaptive calibration resamples the selection, and strategy '{strategy.name}' "
+                "queries the model; use --adaptive off"
+            )
+        tranches = False  # the default setting: fixed windows for a model-querying strategy
+    if tranches and calibration.prompts < 2:
+        tranches = False  # one window cannot be resampled: probe it as it is
     policy = AUTO if select.protocol == AUTO else "adaptive" if tranches else "fixed"
     adaptive = None
     if tranches:
