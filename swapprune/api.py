@@ -60,8 +60,22 @@ def plan_pruning(
         model_id: recorded in the plan (default: the model's ``name_or_path``).
         progress: progress bars while probing.
         **settings: fields of :class:`~swapprune.config.SelectConfig` (``budget``,
-            ``protocol``, ``strategy``, ...) and :class:`~swapprune.config.CalibrationConfig`
-            (``prompts``, ``tokens``, ``seed``, ``adaptive``, ...).
+            ``protocol``, ``strategy``, ``patch``, ...) and
+            :class:`~swapprune.config.CalibrationConfig` (``prompts``, ``tokens``, ``seed``,
+            ``adaptive``, ...).
+    """
+    plan, scores, _ = cut(
+        model, tokenizer, calibration, scores, heldout, model_id, progress, settings
+    )
+    return plan, scores
+
+
+def cut(model, tokenizer, calibration, scores, heldout, model_id, progress, settings: dict):
+    """The stages of a cut on an in-memory model: ``(plan, scores, patches)``.
+
+    What :func:`plan_pruning` and :func:`prune` run (and the llm-compressor modifier):
+    ``settings`` are their keyword settings; ``patches`` are the linear patch's matrices
+    (``settings["patch"] == "linear"``) for :func:`swapprune.edit.surgery.apply_plan`.
     """
     from swapprune import stages
     from swapprune.model.facts import ModelFacts
@@ -84,20 +98,31 @@ def plan_pruning(
         calibration = stages.calibrate(cfg, loaded)
     if heldout is None and selection is not None:
         heldout = stages.heldout(cfg, loaded, calibration)
-    return stages.select(cfg, loaded, calibration, scores, progress, heldout)
+    plan, scores = stages.select(cfg, loaded, calibration, scores, progress, heldout)
+    patches = None
+    if select_cfg.patch != "none":
+        patches = stages.patch(cfg, loaded, plan, calibration, heldout)
+    return plan, scores, patches
 
 
 def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "interchange", **kw):
     """Prune an in-memory model; returns ``(pruned_model, plan)``.
 
-    The model is edited in place (blocks removed or merged, config updated,
-    ``layer_idx`` renumbered). Keyword arguments are those of :func:`plan_pruning`.
+    The model is edited in place (blocks removed or merged, a linear patch folded
+    with ``patch="linear"``, config updated, ``layer_idx`` renumbered). Keyword
+    arguments are those of :func:`plan_pruning`.
 
     Example:
         >>> model, plan = swapprune.prune(model, tok, budget=4, protocol="interchange")
     """
     from swapprune.edit.surgery import apply_plan
 
-    chosen, _ = plan_pruning(model, tokenizer, budget=budget, protocol=protocol, **kw)
-    apply_plan(model, chosen)
+    calibration, scores = kw.pop("calibration", None), kw.pop("scores", None)
+    heldout, model_id = kw.pop("heldout", None), kw.pop("model_id", None)
+    progress = kw.pop("progress", True)
+    settings = {"budget": budget, "protocol": protocol, **kw}
+    chosen, _, patches = cut(
+        model, tokenizer, calibration, scores, heldout, model_id, progress, settings
+    )
+    apply_plan(model, chosen, patches=patches)
     return model, chosen

@@ -120,8 +120,12 @@ def run(
             book.metrics[key] = plan.scores[key]
     if cfg.prune and cfg.prune.plan is None:
         stages.stability(cfg, loaded, plan, scores, book)
+    patches = None
+    if cfg.prune and (cfg.prune.patch != "none" or plan.patch is not None):
+        patches = book.stage("patch", stages.patch, cfg, loaded, plan, calibration, heldout)
+        book.metrics["patch"] = plan.patch
     if cfg.cost is not None and cfg.prune:
-        cost = book.stage("cost", stages.measure_cost, cfg, loaded, plan)
+        cost = book.stage("cost", stages.measure_cost, cfg, loaded, plan, patches)
         book.metrics["cost"] = cost.to_dict() | {"summary": cost.summary()}
         if cost.warning:
             book.say(cost.warning)
@@ -129,7 +133,7 @@ def run(
     if cfg.prune:
         from swapprune.edit.surgery import apply_plan
 
-        book.stage("edit", apply_plan, model, plan)
+        book.stage("edit", apply_plan, model, plan, None, patches)
         book.measure("pruned", model, tok, None if cfg.heal else windows)
     if cfg.heal:
         from swapprune.edit.healing import heal
@@ -169,6 +173,7 @@ def run(
                 loaded.source,
                 calibration,
                 scores,
+                patches,
             )
         if cfg.quantize:
             from swapprune.edit.quantization import quantize_model

@@ -43,6 +43,9 @@ class PrunePlan:
         fingerprint: :func:`swapprune.model.fingerprint.model_fingerprint` of the source
             model, when known; a plan applied to another model can then be refused
             (:func:`swapprune.model.fingerprint.check_same_model`).
+        patch: the linear patch folded after removal (:mod:`swapprune.edit.patch`): its
+            kind, spans and fits, and the file beside the plan holding its matrices
+            (``patch.safetensors``) with their sha256; ``None`` without a patch.
     """
 
     num_layers: int
@@ -57,6 +60,7 @@ class PrunePlan:
     scores: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
     fingerprint: dict[str, Any] | None = None
+    patch: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.kept = list(self.kept)
@@ -140,6 +144,11 @@ class PrunePlan:
             raise SwappruneError("plan op is 'remove' but it lists merged blocks")
         if self.op == "merge" and not self.merge:
             raise SwappruneError("plan op is 'merge' but names no merge rule")
+        if self.patch is not None:
+            if self.op != "remove" or not isinstance(self.patch, dict):
+                raise SwappruneError("plan patch must be an object, on a removal plan")
+            if not isinstance(self.patch.get("file"), str) or "spans" not in self.patch:
+                raise SwappruneError("plan patch must name its file and its spans")
         absorbed_by: dict[int, int] = {}
         for base, group in self.merged.items():
             if base not in self.kept:
@@ -184,6 +193,8 @@ class PrunePlan:
             what = f"merges {groups} ({self.merge})"
         elif self.removed:
             what = f"removes blocks {self.removed}"
+            if self.patch:
+                what += f" (linear patch on {len(self.patch['spans'])} span(s))"
         else:
             what = "keeps every block"
         return f"{what}; {len(self.kept)} of {self.num_layers} blocks remain"

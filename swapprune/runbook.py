@@ -83,12 +83,16 @@ class RunBook:
             "heal": self.metrics.get("heal"),
         }
 
-    def save_model(self, directory: Path, model, tok, plan, source, calibration, scores):
+    def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
         from swapprune.model.load import resolve_dtype
         from swapprune.output.checkpoint import write_checkpoint
 
         x = self.config.export
         assert x is not None
+        if patches:  # the matrices beside plan.json, their digest in it
+            from swapprune.edit.patch_io import save_patches
+
+            plan.patch["sha256"] = save_patches(patches, directory)
         ids = calibration.input_ids[:2] if calibration is not None else None
         dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
         record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}

@@ -278,23 +278,64 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     return stab
 
 
-def measure_cost(config: RunConfig, loaded: Loaded, plan):
-    """Base vs pruned perplexity on the first windows of the matched contract."""
+def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
+    """Fit the linear patch of ``plan``'s removed spans (``prune.patch``); returns the matrices.
+
+    The patch windows (``patch_prompts`` x ``patch_tokens`` of the calibration source)
+    touch neither the scoring nor the held-out windows. ``plan.patch`` records the fit;
+    a plan read from a file (``apply``) brings its own matrices instead.
+    """
+    p = config.prune
+    assert p is not None
+    if plan.patch is not None and p.plan is not None:
+        from pathlib import Path
+
+        from swapprune.edit.patch_io import load_patches
+
+        return load_patches(plan, Path(p.plan).parent)
+    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.edit.patch_fit import fit_patches
+    from swapprune.edit.patch_io import patch_record
+
+    if loaded.tokenizer is None:
+        raise SwappruneError("a linear patch needs calibration text: pass a tokenizer")
+    ctx = loaded.facts.context_length
+    tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
+    avoid = [w for w in (calibration, *(heldout.windows() if heldout else ())) if w is not None]
+    c = config.calibration
+    windows = heldout_windows(loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid)
+    patches, compute = fit_patches(
+        loaded.model, plan.removed, windows.input_ids, c.batch_size, p.patch_ridge
+    )
+    plan.patch = patch_record(patches, p.patch_ridge, windows.describe(), compute)
+    return patches
+
+
+def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
+    """Base vs pruned perplexity on the first windows of the matched contract.
+
+    With a linear patch the pruned model is the patched one, and the record also
+    holds the cost of the plain removal.
+    """
     from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
     windows = c.windows or None
-    if plan.op == "remove":
+    if plan.op == "remove" and not patches:
         return pruning_cost(
             loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold
         )
     from swapprune.edit.surgery import apply_plan
 
-    merged = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None)
-    return pruning_cost(
-        loaded.model, loaded.tokenizer, pruned=merged, windows=windows, threshold=c.threshold
+    edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
+    cost = pruning_cost(
+        loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold
     )
+    if patches:
+        plain = pruning_cost(loaded.model, loaded.tokenizer, plan.kept, windows=windows)
+        cost.unpatched = plain.to_dict()
+    return cost
 
 
 def evaluate(config: RunConfig, model, tokenizer):

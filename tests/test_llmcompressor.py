@@ -128,12 +128,14 @@ def test_plan_inside_oneshot_equals_swapprune_prune(compressed, tiny_dir, calib_
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     _, plan = prune(
         model,
+        tiny_tokenizer(),  # the same held-out windows as the modifier's (its model's tokenizer)
         budget=BUDGET,
         protocol="interchange",
         calibration=Calibration(calib_ids, "test", 0),
         progress=False,
     )
     assert plan.removed == mod.plan.removed
+    assert plan.scores["certificate"] == mod.plan.scores["certificate"]
     assert plan.scores["importance"] == pytest.approx(mod.plan.scores["importance"])
     # The same blocks in full precision: close to the compressed model, but not equal
     # (the quantization is really in the in-memory model and in the checkpoint).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from swapprune.cli.options import add_common, add_section, section_from
 from swapprune.config import (
     CalibrationConfig,
@@ -10,7 +12,11 @@ from swapprune.config import (
     ModelConfig,
     RunConfig,
     ScoreConfig,
+    SelectConfig,
 )
+
+#: SelectConfig fields a comparison passes to every cell (criterion and budget vary).
+CELL_FIELDS = ("patch_", "heldout_", "certify_", "protect_", "oracle", "max_oracle", "beam_")
 
 EPILOG = """examples:
   swapprune compare --budgets 1,3,5 --output cmp/
@@ -25,6 +31,9 @@ def add_arguments(p) -> None:
     add_section(p, CalibrationConfig, "calibration")
     add_section(p, CompareConfig, "compare", title="comparison", required=("output",))
     add_section(p, ScoreConfig, "score", title="probes", skip=("probes", "pairs", "output"))
+    keep = {f.name for f in dataclasses.fields(SelectConfig) if f.name.startswith(CELL_FIELDS)}
+    skip = tuple(f.name for f in dataclasses.fields(SelectConfig) if f.name not in keep)
+    add_section(p, SelectConfig, "prune", title="every cell's selection", skip=skip)
     add_section(
         p,
         EvalConfig,
@@ -50,6 +59,7 @@ def run(args) -> int:
             eval=section_from(args, EvalConfig, "eval"),
         ),
         compare=section_from(args, CompareConfig, "compare"),
+        select=section_from(args, SelectConfig, "prune"),
     )
     res = run_compare(job, progress=not args.no_progress)
     out = Path(job.compare.output)

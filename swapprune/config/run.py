@@ -104,6 +104,10 @@ class RunConfig:
             from swapprune.config.select import heldout_tokens
 
             heldout_tokens(self.prune, ctx)
+        if self.prune is not None and self.prune.plan is None and self.prune.patch != "none":
+            from swapprune.config.select import check_patch_windows
+
+            check_patch_windows(self.prune, facts)
         if ctx is not None and self.calibration.tokens > ctx:
             raise SwappruneError(
                 f"tokens {self.calibration.tokens} exceeds the model's context length {ctx}"

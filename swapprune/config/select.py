@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swapprune.config.fields import check_text_file, opt, positive
+from swapprune.config.fields import check_text_file, choice, opt, positive
 from swapprune.errors import SwappruneError
 
 if TYPE_CHECKING:
@@ -46,6 +46,16 @@ class SelectConfig:
         "top 12 interchange candidates)",
     )
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
+    patch: str = opt(
+        "none",
+        "after removal, fold a linear map fitted on calibration activations into the block "
+        "before each removed span: none or linear (no training)",
+    )
+    patch_prompts: int = opt(32, "patch: calibration windows its map is fitted on")
+    patch_tokens: int = opt(256, "patch: tokens per patch window (capped at the context)")
+    patch_ridge: float = opt(
+        1e-3, "patch: ridge towards the identity, relative to the mean diagonal of B'B"
+    )
     certify: bool = opt(
         True,
         "certify the cut: its regret against the plausible alternatives, measured on "
@@ -103,6 +113,17 @@ class SelectConfig:
             raise SwappruneError(
                 f"certify_delta must be >= 0 dPPL points, got {self.certify_delta}"
             )
+        choice("patch", self.patch, PATCHES)
+        if self.patch != "none":
+            if self.op == "merge":
+                raise SwappruneError(
+                    "--patch folds a map into kept blocks after a removal; it does not combine "
+                    "with --op merge"
+                )
+            positive("patch_prompts", self.patch_prompts)
+            positive("patch_tokens", self.patch_tokens, 2)
+            if not self.patch_ridge > 0:
+                raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
         positive("heldout_prompts", self.heldout_prompts, 2)
         positive("heldout_tokens", self.heldout_tokens, 2)
         check_text_file("heldout_calib", self.heldout_calib)
@@ -112,6 +133,8 @@ class SelectConfig:
             )
 
 
+#: Patch kinds (``--patch``).
+PATCHES = ("none", "linear")
 #: Tokens per held-out window unless the model's context is shorter.
 HELDOUT_TOKENS = 512
 
@@ -126,3 +149,27 @@ def heldout_tokens(select: SelectConfig, context: int | None) -> int:
             )
         return select.heldout_tokens
     return HELDOUT_TOKENS if context is None else min(HELDOUT_TOKENS, context)
+
+
+def check_patch_windows(select: SelectConfig, facts) -> None:
+    """A full linear patch needs at least as many patch tokens as the residual width."""
+    from swapprune.model.arch import ARCHITECTURES
+
+    spec = ARCHITECTURES.get(facts.model_type)
+    if spec is not None and spec.mlp_out is None:
+        raise SwappruneError(
+            f"model_type '{facts.model_type}' has no single module that ends its MLP branch "
+            "(a mixture of experts): a linear patch cannot be folded; use --patch none"
+        )
+    full = spec is None or spec.mlp_out_kind in ("linear", "conv1d")
+    tokens = select.patch_prompts * (
+        select.patch_tokens
+        if facts.context_length is None
+        else min(select.patch_tokens, facts.context_length)
+    )
+    if full and facts.hidden_size and tokens < facts.hidden_size:
+        raise SwappruneError(
+            f"a linear patch needs at least as many patch tokens as the hidden size "
+            f"({facts.hidden_size}); {select.patch_prompts} x {select.patch_tokens} windows hold "
+            f"{tokens}: raise --patch-prompts or --patch-tokens"
+        )

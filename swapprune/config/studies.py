@@ -45,6 +45,11 @@ class CompareConfig:
     random_seeds: list[int] = opt(
         help="seeds of the random baseline", factory=lambda: list(range(10))
     )
+    patches: list[str] = opt(
+        help="patch kinds each cut is also measured with (its own cells, criterion+kind): "
+        "none, linear; a cut that removes block 0 gets no patched cell (--protect-first 1)",
+        factory=lambda: ["none"],
+    )
     pairs: str = opt("adjacent", "pairs to probe")
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
     output: str = opt(
@@ -64,6 +69,8 @@ class CompareConfig:
             raise SwappruneError("the random baseline needs at least one seed")
         for c in self.criteria:
             SelectConfig(budget=1, protocol=c, strategy=self.strategy).check()
+        for kind in self.patches:
+            SelectConfig(budget=1, patch=kind).check()
         if self.scores is not None and not Path(self.scores).is_file():
             raise SwappruneError(f"scores file {self.scores} not found")
         out = Path(self.output)

@@ -34,10 +34,13 @@ logger = logging.getLogger(__name__)
 Log = Callable[[str], None] | logging.Logger
 
 
-def apply_plan(model: nn.Module, plan: PrunePlan, log: Log | None = None) -> nn.Module:
+def apply_plan(
+    model: nn.Module, plan: PrunePlan, log: Log | None = None, patches: list | None = None
+) -> nn.Module:
     """Merge, drop and renumber blocks of ``model`` as ``plan`` says; edits ``model`` in place.
 
-    Steps, in order: merged weights are written into their kept blocks; the
+    Steps, in order: merged weights are written into their kept blocks, or a
+    linear patch is folded into the block before each removed span; the
     block list is rebuilt from the kept blocks (removed blocks are released,
     so they are absent from a saved checkpoint); the config's layer count,
     explicit ``layer_types`` of the kept blocks' own types, other per-layer
@@ -49,6 +52,8 @@ def apply_plan(model: nn.Module, plan: PrunePlan, log: Log | None = None) -> nn.
         plan: the plan; ``plan.num_layers`` must equal the model's block count.
         log: ``print``, a :class:`logging.Logger` or any ``str -> None``;
             defaults to this module's logger at INFO.
+        patches: the plan's :class:`~swapprune.edit.patch.Patch` matrices, required
+            when ``plan.patch`` is set (:func:`swapprune.edit.patch_io.load_patches`).
 
     Returns:
         ``model`` itself.
@@ -72,6 +77,21 @@ def apply_plan(model: nn.Module, plan: PrunePlan, log: Log | None = None) -> nn.
     if kept != list(range(len(kept))):
         _refuse_index_dependent(config)
     old_types = stack.layer_types()
+
+    if plan.patch is not None:
+        if patches is None:
+            raise SwappruneError("the plan carries a linear patch: pass its matrices (patches=)")
+        from swapprune.edit.patch import fold
+
+        got = sorted(tuple(p.span) for p in patches)
+        want = sorted(tuple(s["span"]) for s in plan.patch["spans"])
+        if got != want:
+            raise SwappruneError(f"the patches cover spans {got}; the plan has {want}")
+        for p in patches:
+            fold(model, p)
+            say(f"block {p.block}: linear patch of span {list(p.span)} folded into {p.module}")
+    elif patches:
+        raise SwappruneError("patches given for a plan without a patch")
 
     if plan.merged:
         rule = get_merge(plan.merge or "")

@@ -23,7 +23,7 @@ and never copies weights.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,6 +206,49 @@ class PlanRunner:
             stays = on_base and depth < self.num_layers and block_idx == self.base_plan[depth]
             nxt = cache.hidden[depth + 1] if stays else self.run_block(block_idx, state, cache)
             yield from self._walk(plans, sub, depth + 1, nxt, stays, cache)
+
+    @torch.no_grad()
+    def run_edited(
+        self,
+        blocks: Sequence[int],
+        state: torch.Tensor,
+        cache: BatchCache,
+        edits: dict[int, tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor | None]]],
+    ) -> torch.Tensor:
+        """Run ``blocks`` in order from ``state``, each with its own captured arguments.
+
+        While block ``b`` runs, ``edits[b] = (module, fn)`` sees the output of ``module``
+        (a submodule of that block): ``fn`` returns a tensor to replace it, or ``None``
+        to keep it (a tap). The hooks exist only during the call. Used to fit and check
+        linear patches (:mod:`swapprune.edit.patch_fit`).
+        """
+        handles = []
+
+        def hook(fn):
+            def call(module, args, output):
+                out = output[0] if isinstance(output, tuple) else output
+                new = fn(out)
+                if new is None:
+                    return None
+                return (new, *output[1:]) if isinstance(output, tuple) else new
+
+            return call
+
+        for b in blocks:
+            if b in edits:
+                module, fn = edits[b]
+                handles.append((b, module, fn))
+        try:
+            for b in blocks:
+                hs = [m.register_forward_hook(hook(fn)) for bb, m, fn in handles if bb == b]
+                try:
+                    state = self.run_block(b, state, cache)
+                finally:
+                    for h in hs:
+                        h.remove()
+        finally:
+            handles.clear()
+        return state
 
     def final_hidden(self, plan: Sequence[int], cache: BatchCache) -> torch.Tensor:
         """The ``[B, T, H]`` state after running one plan."""

@@ -61,6 +61,7 @@ class Cost:
     threshold: float = THRESHOLD
     warning: str | None = None
     seconds: float = 0.0
+    unpatched: dict | None = None  # with a linear patch: the plain removal's cost record
 
     def summary(self) -> str:
         """One line for the run summary."""
@@ -69,10 +70,13 @@ class Cost:
             if self.windows == self.contract_windows
             else f" (first {self.windows} of {self.contract_windows} windows)"
         )
-        return (
+        line = (
             f"cost: WikiText-2 perplexity {self.base_ppl:.4g} -> {self.pruned_ppl:.4g}, "
             f"dPPL {self.dppl:+.1%} [{self.ci[0]:+.1%}, {self.ci[1]:+.1%}]{part}"
         )
+        if self.unpatched:
+            line += f" with the linear patch; without it {self.unpatched['dppl']:+.1%}"
+        return line
 
     def to_dict(self) -> dict:
         """Record for ``provenance.json`` and the model card."""
@@ -95,6 +99,7 @@ class Cost:
             "threshold": self.threshold,
             "warning": self.warning,
             "seconds": self.seconds,
+            **({"unpatched": self.unpatched} if self.unpatched else {}),
         }
 
 

@@ -180,7 +180,7 @@ class _DepthPruning(Modifier):
         return dict(self._timings)
 
     def on_initialize(self, state: State, **kwargs) -> bool:
-        from swapprune.api import plan_pruning
+        from swapprune.api import cut
         from swapprune.edit.surgery import apply_plan
         from swapprune.model.stack import decoder_stack
         from swapprune.select.spec import build
@@ -203,19 +203,20 @@ class _DepthPruning(Modifier):
         select, cal = self.configs(n, t)
         settings = {**dataclasses.asdict(select), **dataclasses.asdict(cal)}
         settings = {k: v for k, v in settings.items() if k in type(self).model_fields}
+        # Held-out windows (the certificate, auto's search) and patch windows are cut from
+        # swapprune's text with the model's tokenizer; without one the cut is not certified.
+        tokenizer = None
+        if spec.certify or spec.policy == "auto" or select.patch != "none":
+            tokenizer = self._tokenizer_or_none(model, required=select.patch != "none")
         # oneshot runs initialization with gradients on; the probes need none.
         with _timed(self._timings, "plan"), torch.no_grad():
-            plan, scores = plan_pruning(
-                model,
-                None,
-                calibration=calibration,
-                model_id=getattr(model, "name_or_path", None) or None,
-                progress=False,
-                **settings,
+            name = getattr(model, "name_or_path", None) or None
+            plan, scores, patches = cut(
+                model, tokenizer, calibration, None, None, name, False, settings
             )
         with _timed(self._timings, "surgery"):
             before = model.config.to_dict()
-            apply_plan(model, plan, log=logger.info)
+            apply_plan(model, plan, log=logger.info, patches=patches)
             keep_config_on_save(model, changed_keys(before, model.config.to_dict()))
         logger.info("DepthPruningModifier: {}", plan.describe())
         self._plan, self._scores = plan, scores
@@ -253,6 +254,15 @@ class _DepthPruning(Modifier):
         return load_calibration(
             tok, cal.calib, cal.prompts, cal.tokens, cal.seed, context_length(model.config)
         )
+
+    def _tokenizer_or_none(self, model, required: bool):
+        try:
+            return self._load_tokenizer(model)
+        except SwappruneError:
+            if required:
+                raise
+            logger.warning("DepthPruningModifier: no tokenizer: the cut is not certified")
+            return None
 
     def _load_tokenizer(self, model):
         name = self.tokenizer or getattr(model, "name_or_path", None)

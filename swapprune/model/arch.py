@@ -35,6 +35,14 @@ class ArchSpec:
         softcap_key: config field of a final logit soft-cap, if any.
         window_layers_key: config field counting leading full-attention layers
             (Qwen2's ``max_window_layers``), kept consistent on removal.
+        mlp_out: path, inside a block, of the last module of the MLP branch before it is
+            added to the residual stream (where a linear patch is folded), or ``None``.
+        mlp_out_kind: ``linear`` (``nn.Linear``: a full map folds into its weight),
+            ``conv1d`` (GPT-2's transposed ``Conv1D``), ``norm`` (a post-MLP RMSNorm
+            with weight ``w``: a channel-wise map folds into ``w``), ``norm1p`` (Gemma's
+            RMSNorm, which scales by ``1 + w``).
+        residual_scale_key: config field scaling the branch before the residual add
+            (Granite's ``residual_multiplier``).
     """
 
     blocks: str
@@ -42,30 +50,62 @@ class ArchSpec:
     tail: tuple[str, ...] = ()
     softcap_key: str | None = None
     window_layers_key: str | None = None
+    mlp_out: str | None = "mlp.down_proj"
+    mlp_out_kind: str = "linear"
+    residual_scale_key: str | None = None
 
 
 _LLAMA_LIKE = ArchSpec(blocks="model.layers", tail=("model.norm",))
 _QWEN = ArchSpec("model.layers", tail=("model.norm",), window_layers_key="max_window_layers")
-_GEMMA2 = ArchSpec("model.layers", tail=("model.norm",), softcap_key="final_logit_softcapping")
+# Gemma 2/3 normalise the MLP branch after it (post_feedforward_layernorm, scale 1 + w).
+_GEMMA2 = ArchSpec(
+    "model.layers",
+    tail=("model.norm",),
+    softcap_key="final_logit_softcapping",
+    mlp_out="post_feedforward_layernorm",
+    mlp_out_kind="norm1p",
+)
+# Mixture-of-experts MLPs route each token to other experts: no one module to fold into.
+_MOE = ArchSpec("model.layers", tail=("model.norm",), mlp_out=None)
 
 ARCHITECTURES: dict[str, ArchSpec] = {
     "llama": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
-    "mixtral": _LLAMA_LIKE,
+    "mixtral": _MOE,
     "qwen2": _QWEN,
     "qwen3": _QWEN,
-    "qwen3_moe": _QWEN,
+    "qwen3_moe": ArchSpec(
+        "model.layers", tail=("model.norm",), window_layers_key="max_window_layers", mlp_out=None
+    ),
     "gemma": _LLAMA_LIKE,
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,
     "phi3": _LLAMA_LIKE,
-    "olmo2": _LLAMA_LIKE,
-    "granite": _LLAMA_LIKE,
-    "gpt2": ArchSpec(blocks="transformer.h", count_key="n_layer", tail=("transformer.ln_f",)),
-    "gpt_neox": ArchSpec(blocks="gpt_neox.layers", tail=("gpt_neox.final_layer_norm",)),
+    "olmo2": ArchSpec(
+        "model.layers",
+        tail=("model.norm",),
+        mlp_out="post_feedforward_layernorm",
+        mlp_out_kind="norm",
+    ),
+    "granite": ArchSpec(
+        "model.layers", tail=("model.norm",), residual_scale_key="residual_multiplier"
+    ),
+    "gpt2": ArchSpec(
+        blocks="transformer.h",
+        count_key="n_layer",
+        tail=("transformer.ln_f",),
+        mlp_out="mlp.c_proj",
+        mlp_out_kind="conv1d",
+    ),
+    "gpt_neox": ArchSpec(
+        blocks="gpt_neox.layers",
+        tail=("gpt_neox.final_layer_norm",),
+        mlp_out="mlp.dense_4h_to_h",
+    ),
     "opt": ArchSpec(
         blocks="model.decoder.layers",
         tail=("model.decoder.final_layer_norm", "model.decoder.project_out"),
+        mlp_out="fc2",
     ),
 }
 

@@ -34,6 +34,10 @@ class Heldout:
     verify: Any = None
     _oracles: dict = field(default_factory=dict, repr=False)
 
+    def windows(self) -> list:
+        """Every held-out window set (others, such as patch windows, keep clear of them)."""
+        return [w for w in (self.certify, self.verify) if w is not None]
+
     def oracle(self, model, which: str, batch_size: int):
         """The :class:`~swapprune.engine.oracle.CalibrationOracle` on ``which`` windows."""
         if which not in self._oracles:

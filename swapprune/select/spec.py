@@ -206,7 +206,9 @@ def build(
     crit, strategy, strategy_name = resolve(select, calibration)
     if select.budget is None:
         raise SwappruneError("a budget is required: --budget N (blocks to remove or merge)")
-    cons = Constraints(num_layers, select.protect_first, select.protect_last)
+    # A linear patch folds into the block before each removed span: block 0 stays.
+    first = max(select.protect_first, 1) if select.patch != "none" else select.protect_first
+    cons = Constraints(num_layers, first, select.protect_last)
     strategy.check(select.budget, cons)
     tranches = adaptive_on(select, calibration) and not (scores_given or select.scores)
     if tranches and strategy.queries_model and select.protocol != AUTO:

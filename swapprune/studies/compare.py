@@ -32,11 +32,15 @@ class CompareJob:
 
     Attributes:
         run: model, calibration, probes (``score``) and evaluation (``eval``) settings.
-        compare: budgets, criteria, strategy, random seeds, output directory.
+        compare: budgets, criteria, strategy, random seeds, patches, output directory.
+        select: the selection settings every cell shares.
     """
 
     run: RunConfig
     compare: CompareConfig
+    #: settings every cell's selection shares (held-out and patch windows, protection...);
+    #: budget, criterion, strategy and whether it certifies are the cell's own.
+    select: SelectConfig | None = None
 
     # Read by the report (contract section).
     @property
@@ -89,7 +93,8 @@ def method_config(job: CompareJob, criterion: str, seed: int, budget: int) -> Ru
     """The run configuration of one cell: the shared settings with this ``prune`` section."""
     # compare measures every cell's cost itself; only auto, whose decision is the
     # certificate's incumbent-challenger rule, certifies.
-    prune = SelectConfig(
+    prune = dataclasses.replace(
+        job.select or SelectConfig(),
         budget=budget,
         protocol=criterion,
         strategy=job.compare.strategy,
@@ -262,6 +267,12 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
                     "select_s": select_s,
                     "eval_s": eval_s,
                 }
+                for kind in (k for k in job.compare.patches if k != "none"):
+                    if plan.op != "remove" or not plan.removed or min(plan.removed) == 0:
+                        continue  # nothing to fold into (a merge, or a span at block 0)
+                    cells[budget][f"{label}+{kind}"] = patched_cell(
+                        job, loaded, plan, crit, seed, kind, calibration, evaluated, cache
+                    )
                 bar.update()
     bar.close()
     from swapprune.studies.compare_plots import write_plots
@@ -309,6 +320,38 @@ def _prefix(full, budget: int):
         scores=full.scores,
         budget=budget,
     )
+
+
+def patched_cell(job, loaded, plan, crit, seed, kind, calibration, evaluated, cache) -> dict:
+    """The cell of ``plan`` with a ``kind`` patch: fitted (cached), folded into a copy, scored."""
+    from swapprune import stages
+    from swapprune.edit.patch_io import load_patches, save_patches
+    from swapprune.edit.surgery import apply_plan
+    from swapprune.plan import PrunePlan
+
+    cfg = method_config(job, crit, seed, plan.budget or len(plan.removed))
+    assert cfg.prune is not None
+    cfg = dataclasses.replace(cfg, prune=dataclasses.replace(cfg.prune, patch=kind))
+    key = {"kept": plan.kept, "patch": kind, "cal": calibration.describe(), "seed": seed,
+           "prompts": cfg.prune.patch_prompts, "tokens": cfg.prune.patch_tokens,
+           "ridge": cfg.prune.patch_ridge, "model": loaded.source.id}  # fmt: skip
+    d = cache / f"patch-{_key(key)}"
+    meta = d / "plan.json"
+    t = time.perf_counter()
+    cut = _cached(meta, PrunePlan.from_json)
+    patches = load_patches(cut, d) if cut is not None else None
+    if patches is None:
+        cut = PrunePlan.from_dict(plan.to_dict())
+        patches = stages.patch(cfg, loaded, cut, calibration)
+        d.mkdir(parents=True, exist_ok=True)
+        assert cut.patch is not None
+        cut.patch["sha256"] = save_patches(patches, d)
+        cut.to_json(meta)
+    fit_s = time.perf_counter() - t
+    edited = apply_plan(copy.deepcopy(loaded.model), cut, lambda *_: None, patches)
+    assert cut.patch is not None
+    res, eval_s = evaluated(cut.kept, {"patch": cut.patch["sha256"]}, edited)
+    return {"plan": cut, "result": res, "select_s": fit_s, "eval_s": eval_s}
 
 
 def cell_specs(job: CompareJob, runs, facts) -> dict:
