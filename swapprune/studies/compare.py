@@ -331,10 +331,11 @@ def patched_cell(job, loaded, plan, crit, seed, kind, calibration, evaluated, ca
 
     cfg = method_config(job, crit, seed, plan.budget or len(plan.removed))
     assert cfg.prune is not None
-    cfg = dataclasses.replace(cfg, prune=dataclasses.replace(cfg.prune, patch=kind))
+    prune = dataclasses.replace(cfg.prune, patch=kind)
+    cfg = dataclasses.replace(cfg, prune=prune)
     key = {"kept": plan.kept, "patch": kind, "cal": calibration.describe(), "seed": seed,
-           "prompts": cfg.prune.patch_prompts, "tokens": cfg.prune.patch_tokens,
-           "ridge": cfg.prune.patch_ridge, "model": loaded.source.id}  # fmt: skip
+           "prompts": prune.patch_prompts, "tokens": prune.patch_tokens,
+           "ridge": prune.patch_ridge, "model": loaded.source.id}  # fmt: skip
     d = cache / f"patch-{_key(key)}"
     meta = d / "plan.json"
     t = time.perf_counter()
