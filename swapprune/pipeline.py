@@ -79,6 +79,7 @@ def run(
     """
     cfg = config
     checked = stages.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     book = RunBook(cfg, say or (lambda _: None), list(sys.argv) if command is None else command)
     loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
@@ -162,7 +163,14 @@ def run(
         if cfg.export:
             from swapprune.output.artifacts import staging_dir
 
-            directory = stack.enter_context(staging_dir(cfg.export.output))
+            directory = stack.enter_context(
+                staging_dir(
+                    cfg.export.output,
+                    overwrite=cfg.export.overwrite,
+                    expected=start_state,
+                    needs=stages.model_bytes(model, cfg),
+                )
+            )
             book.stage(
                 "save",
                 book.save_model,

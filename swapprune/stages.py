@@ -61,6 +61,30 @@ def check(config: RunConfig, study: bool = False) -> Checked:
     return Checked(facts, config.check_model(facts) if facts is not None else None)
 
 
+def output_state(config: RunConfig):
+    """What the export path holds now (``False`` without an export): see
+    :func:`swapprune.output.placement.output_state`."""
+    if config.export is None:
+        return False
+    from pathlib import Path
+
+    from swapprune.output.placement import output_state as state
+
+    return state(Path(config.export.output).expanduser().absolute())
+
+
+def model_bytes(model, config: RunConfig) -> int:
+    """Bytes of the saved weights (at the export dtype), for a full-disk message."""
+    import torch
+
+    x = config.export
+    dtype = getattr(torch, x.save_dtype) if x is not None and x.save_dtype else None
+    return sum(
+        p.numel() * (dtype.itemsize if dtype is not None else p.element_size())
+        for p in model.parameters()
+    )
+
+
 def read_facts(config: RunConfig):
     """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
     from swapprune.model.facts import read_facts as read

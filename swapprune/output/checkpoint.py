@@ -69,8 +69,10 @@ def save_checkpoint(
         SwappruneError: bad ``out_dir`` (nothing written), or
         SelfCheckError: the reloaded checkpoint differs (nothing left in place).
     """
+    from swapprune.output.placement import output_state
+
     out = check_output_dir(out_dir, overwrite)
-    with staging_dir(out) as tmp:
+    with staging_dir(out, overwrite=overwrite, expected=output_state(out)) as tmp:
         return write_checkpoint(model, tokenizer, plan, tmp, **kwargs)
 
 
