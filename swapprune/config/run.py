@@ -49,7 +49,9 @@ class RunConfig:
     export: ExportConfig | None = opt(None, "write the checkpoint / run directory")
 
     def check(self, study: bool = False) -> RunConfig:
-        """Validate every stage and their combination; touches no model. Returns ``self``.
+        """Validate every stage and their combination; loads no weights. Returns ``self``.
+
+        A run that may write ``model.gguf`` reads the source GGUF's metadata here.
 
         Args:
             study: the configuration of a study (``compare``, ``validate``), which brings
@@ -74,6 +76,10 @@ class RunConfig:
             for p in self.eval.at or ():
                 if p not in ran:
                     raise SwappruneError(f"eval.at names '{p}' but that stage does not run")
+        if self.export is not None:
+            from swapprune.config.gguf_output import gguf_output
+
+            gguf_output(self)  # refuses --gguf on that cannot be met
         stages = (self.score, self.prune, self.heal, self.quantize, self.eval, self.export)
         if not study and not any(stages):
             raise SwappruneError(
