@@ -2,7 +2,8 @@
 
 :meth:`RunConfig.check` validates everything that needs no model (names,
 ranges, files, output paths); :meth:`RunConfig.check_model` everything that
-needs only the model's facts (budget vs depth, window length vs context) and
+needs only the model's facts (budget vs depth, window length vs context, a budget
+that the ``--serve`` constraint can meet) and
 returns the frozen selection spec the run hands down. Both run before any
 weights load; neither imports torch or transformers.
 """
@@ -98,9 +99,11 @@ class RunConfig:
         """Checks that need only the model's facts; returns the selection spec (if selecting)."""
         spec = None
         if self.prune is not None and self.prune.plan is None:
+            from swapprune.select.serve_constraint import for_run
             from swapprune.select.spec import build
 
-            spec = build(self.prune, self.calibration, facts.num_layers, self.score is not None)
+            serve = for_run(self, facts)  # --serve: build refuses a budget it cannot meet
+            spec = build(self.prune, self.calibration, facts.num_layers, bool(self.score), serve)
         if self.score is not None and self.score.pairs:
             from swapprune.engine.orders import parse_pairs
 
