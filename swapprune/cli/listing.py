@@ -1,4 +1,4 @@
-"""``swapprune list``: the registered names (criteria, policies, strategies, merges, probes, tasks)."""
+"""``swapprune list``: the registered names (criteria, policies, strategies, merges, runtimes, tasks)."""
 
 from __future__ import annotations
 
