@@ -36,7 +36,7 @@ class ServingReport:
 
     def __init__(self, model_config: Any, plan, gguf: dict | None = None, serve=None):
         types = get(text_config(model_config), TYPE_KEY)
-        # A family without per-layer types has one kind of layer (the view then reads none).
+        # A config without per-layer types has one kind of layer: the view treats them alike.
         self.kept_types = list(types) if types else [FULL] * len(plan.kept)
         self.plan, self.gguf, self.serve = plan, gguf, serve
         self.views: dict[str, ServingView] = {}
