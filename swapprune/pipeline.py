@@ -15,8 +15,9 @@ hidden sibling and renamed into place at the end, so a failed run leaves no
 directory that looks whole. It is a checkpoint that loads with plain
 ``from_pretrained`` plus ``plan.json``, ``mergekit.yaml``, ``README.md`` (model
 card), ``provenance.json``, ``config.yaml`` (the resolved configuration),
-``metrics.json``, ``scores.json`` (when probes were measured), ``eval/<point>.json``
-and ``quantized/`` (when quantized).
+``metrics.json``, ``scores.json`` (when probes were measured), ``model.gguf`` (a
+GGUF input cut by a plain removal, :mod:`swapprune.config.gguf_output`),
+``eval/<point>.json`` and ``quantized/`` (when quantized).
 """
 
 from __future__ import annotations

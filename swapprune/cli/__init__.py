@@ -28,7 +28,7 @@ COMMANDS = {
     "compare": ("compare", "pruning cost of each criterion at each budget, with paired verdicts"),
     "validate": ("validate", "does each criterion predict the real cost of deleting a block?"),
     "run": ("recipe", "run a YAML recipe: score -> prune -> heal -> quantize -> eval -> export"),
-    "list": ("listing", "list criteria, strategies, merge rules, probes and evaluation tasks"),
+    "list": ("listing", "list criteria, strategies, merge rules, probes, runtimes and tasks"),
 }
 
 EPILOG = """examples:

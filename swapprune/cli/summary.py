@@ -83,6 +83,10 @@ def print_prune_summary(res) -> None:
             f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
             f"({sc.get('wall_s', 0):.1f}s)"
         )
+    from swapprune.output.serving_report import summary_lines
+
+    for line in summary_lines(res.metrics, plan):  # the --serve constraint, model.gguf, serving
+        print(line)
     out = res.output
     print(f"checkpoint: {out}")
     print(

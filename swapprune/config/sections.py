@@ -276,6 +276,10 @@ class CostConfig:
             raise SwappruneError(f"cost threshold must be > 0, got {self.threshold}")
 
 
+#: ``--gguf`` settings.
+GGUF_MODES = ("auto", "on", "off")
+
+
 @dataclass
 class ExportConfig:
     """Where the checkpoint (or run directory) goes."""
@@ -287,9 +291,16 @@ class ExportConfig:
     save_dtype: str | None = opt(None, "dtype of the saved weights (default: as loaded)")
     overwrite: bool = opt(False, "replace an output directory that swapprune wrote earlier")
     selfcheck: bool = opt(True, "reload + logits + cached-generation check before the rename")
+    gguf: str = opt(
+        "auto",
+        "also write model.gguf, the kept blocks' tensors copied in the source's quantization: "
+        "auto = when the input is a .gguf and the cut is a plain removal; on; off",
+        metavar="{auto,on,off}",
+    )
 
     def check(self, protect: tuple[str, ...] = ()) -> None:
         from swapprune.output.artifacts import check_output_dir
 
         choice("save_dtype", self.save_dtype, DTYPES)
+        choice("--gguf setting", self.gguf, GGUF_MODES)
         check_output_dir(self.output, self.overwrite, protect=protect)

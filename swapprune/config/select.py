@@ -88,6 +88,14 @@ class SelectConfig:
         "warn when the chosen set comes out in fewer bootstrap "
         "resamples of the calibration windows than this",
     )
+    serve: list[str] | None = opt(
+        None,
+        "only cuts these serving runtimes give every kept layer its own attention type "
+        "(swapprune list): e.g. llama.cpp,transformers-gguf, or none; default: "
+        "llama.cpp,transformers-gguf while a GGUF is written, where they derive the types "
+        "from the layer index; overrides the strategy's own rule (e.g. no two adjacent)",
+        metavar="RUNTIME,...",
+    )
     plan: str | None = opt(None, "apply this plan.json instead of selecting", cli=False)
 
     def check(self, calibration: CalibrationConfig | None = None) -> None:
@@ -124,6 +132,13 @@ class SelectConfig:
             positive("patch_tokens", self.patch_tokens, 2)
             if not self.patch_ridge > 0:
                 raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
+        from swapprune.select.serve_constraint import NONE, check_names
+
+        check_names(self.serve)
+        if self.op == "merge" and self.serve not in (None, [NONE]):
+            raise SwappruneError(
+                "--serve keeps a removal in phase; it does not combine with --op merge"
+            )
         positive("heldout_prompts", self.heldout_prompts, 2)
         positive("heldout_tokens", self.heldout_tokens, 2)
         check_text_file("heldout_calib", self.heldout_calib)

@@ -195,13 +195,16 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     """Interchange's choice, certified against both protocols' plausible sets and the beam's."""
     from swapprune.plan import PrunePlan
     from swapprune.select.certificate import plausible_sets
-    from swapprune.select.certify import certify_sets, pooled_counts
+    from swapprune.select.certify import certify_sets, eligible, pooled_counts
 
     counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
+    ok = eligible(spec) or (lambda _s: True)  # the in-phase constraint (--serve)
     # The beam's set and replacement's choice first, then the bootstrap's, within the cap.
-    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed]
+    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed and ok(s)]
     room = max(1, spec.certify_sets - len({tuple(s) for s in first}))
-    sets, _ = plausible_sets(plan.removed, counts, spec.certify_floor, room)
+    sets, _ = plausible_sets(
+        plan.removed, counts, spec.certify_floor, room, eligible=eligible(spec)
+    )
     for s in first:
         if tuple(s) not in sets:
             sets.insert(1, tuple(s))
