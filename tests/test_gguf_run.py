@@ -187,3 +187,26 @@ def test_a_plan_that_merges_is_refused_for_gguf_on(llama, tmp_path, capsys, no_l
     args = ["apply", "--plan", str(plan), "--model", str(llama), "--gguf", "on"]
     assert main([*args, "--output", str(out), "--no-progress"]) == 2
     assert "a merge changes" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_source_check_is_remembered_on_disk_per_file_version(tmp_path, monkeypatch):
+    """A warm pre-load check reads no GGUF; a file written anew is parsed again."""
+    import swapprune.output.gguf_source as gs
+    import swapprune.output.gguf_writer as gw
+
+    monkeypatch.setenv("SWAPPRUNE_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "gguf").mkdir(parents=True)
+    path = write_tiny_gguf(tmp_path / "src.gguf", "llama", 4)
+    parsed = []
+    real = gw.read_gguf
+    monkeypatch.setattr(gw, "read_gguf", lambda p: parsed.append(p) or real(p))
+    first = gs.inspect_source(path)
+    gs._SEEN.clear()  # a new process
+    again = gs.inspect_source(path)
+    assert len(parsed) == 1
+    assert (again.arch, again.block_count) == (first.arch, first.block_count) == ("llama", 4)
+    assert again.metadata == first.metadata
+    write_tiny_gguf(path, "llama", 3)  # same path, new bytes: a new stat signature
+    gs._SEEN.clear()
+    assert gs.inspect_source(path).block_count == 3
+    assert len(parsed) == 2

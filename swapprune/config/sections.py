@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swapprune.calibration import defaults
 from swapprune.config.fields import (
     DEVICE,
     DTYPES,
@@ -62,11 +63,11 @@ class CalibrationConfig:
         "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
     )
     prompts: int = opt(
-        64,
+        defaults.PROMPTS,
         "calibration windows; probing in tranches (--adaptive): at most this many, in "
         "tranches of --tranche",
     )
-    tokens: int = opt(128, "tokens per window")
+    tokens: int = opt(defaults.TOKENS, "tokens per window")
     seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
     positions: str = opt(
         "all",

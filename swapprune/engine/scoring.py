@@ -296,15 +296,14 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    from swapprune.config import CalibrationConfig
+    from swapprune.calibration import defaults
     from swapprune.model.arch import context_length
 
-    d = CalibrationConfig()
     return load_calibration(
         tokenizer,
         calib,
-        prompts or d.prompts,
-        tokens or d.tokens,
+        prompts or defaults.PROMPTS,
+        tokens or defaults.TOKENS,
         seed,
         context_length(model.config),
     )
