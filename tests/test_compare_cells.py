@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from swapprune.config import CalibrationConfig, CompareConfig, RunConfig, SelectConfig
-from swapprune.config.studies import cell_select
+from swapprune.config.cells import cell_select
 from swapprune.errors import SwappruneError
 from swapprune.studies.compare_cells import criterion_of, is_random, method_config, method_runs
 

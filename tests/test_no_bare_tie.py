@@ -90,7 +90,7 @@ def _every_outcome_report(tmp_path) -> tuple[dict, str]:
 def test_no_output_says_a_bare_tie(tmp_path, capsys):
     from swapprune.cli.summary import print_eval_summary
     from swapprune.evaluation.cost import Cost
-    from swapprune.evaluation.results import compare
+    from swapprune.evaluation.pairing import compare
     from swapprune.select.auto import decision_lines
     from swapprune.select.regime import regime, summary_line
 

@@ -11,14 +11,10 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from swapprune.config.fields import choice, opt, positive
 from swapprune.errors import SwappruneError
 from swapprune.stats import N_BOOT
-
-if TYPE_CHECKING:
-    from swapprune.config.select import SelectConfig
 
 #: Units of ``CompareConfig.margin`` (see :class:`swapprune.stats.verdicts.Margin`).
 MARGIN_UNITS = ("points", "metric")
@@ -97,6 +93,8 @@ class CompareConfig:
         choice("margin_unit", self.margin_unit, MARGIN_UNITS)
         if not (math.isfinite(self.margin) and self.margin > 0):
             raise SwappruneError(f"the equivalence margin must be > 0, got {self.margin}")
+        from swapprune.config.cells import cell_select
+
         for c in self.criteria:
             cell_select(c, self.strategy).check()
         for kind in self.patches:
@@ -145,41 +143,3 @@ class ValidateConfig:
         if self.target not in ("wikitext2-test", "calibration") and not Path(self.target).is_file():
             raise SwappruneError(f"--target file {self.target} not found")
         check_output_dir(self.output)
-
-
-def cell_select(entry: str, strategy: str | None = None, **fields) -> SelectConfig:
-    """The selection settings a ``--criteria`` entry names.
-
-    ``CRITERION``, ``CRITERION@STRATEGY`` (``interchange@ranked``, ``bi@greedy``,
-    ``interchange@spaced:2``), ``CRITERION@merge:RULE`` (``interchange@merge:laco``;
-    ``@merge`` alone: average), both (``bi@greedy@merge:average``), and for ``auto``
-    ``auto@shortlist:SOURCE`` (``bi`` or ``random``: the both-high beam's controls). A
-    strategy in the entry overrides ``strategy`` (the comparison's ``--strategy``).
-
-    Args:
-        entry: One entry of :attr:`CompareConfig.criteria`.
-        strategy: The strategy every cell gets unless the entry names one.
-        fields: Further :class:`~swapprune.config.select.SelectConfig` fields.
-
-    Raises:
-        SwappruneError: On an empty part, or two strategies or two merges in one entry.
-    """
-    from swapprune.config.select import SelectConfig
-
-    criterion, *parts = entry.split("@")
-    own, op, rule = None, "remove", "average"
-    for part in parts:
-        if not part or not criterion:
-            raise SwappruneError(f"criteria entry '{entry}' has an empty part; e.g. bi@greedy")
-        if part == "merge" or part.startswith("merge:"):
-            if op == "merge":
-                raise SwappruneError(f"criteria entry '{entry}' names two merges")
-            op, rule = "merge", part.partition(":")[2] or "average"
-        elif part.startswith("shortlist:"):
-            fields["auto_shortlist"] = part.partition(":")[2]
-        elif own is not None:
-            raise SwappruneError(f"criteria entry '{entry}' names two strategies")
-        else:
-            own = part
-    fields.setdefault("budget", 1)
-    return SelectConfig(protocol=criterion, strategy=own or strategy, op=op, merge=rule, **fields)

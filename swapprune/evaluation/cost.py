@@ -173,9 +173,10 @@ def pruning_cost(
     if plan is not None and getattr(plan, "op", "remove") != "remove":
         raise SwappruneError("a merge plan has no zero-copy view; pass the merged model as pruned=")
     from swapprune.edit.surgery import pruned_view
+    from swapprune.evaluation.pairing import compare
     from swapprune.evaluation.perplexity import run_wikitext2_ppl, sliding_windows
     from swapprune.evaluation.quiet import quiet_lm_eval
-    from swapprune.evaluation.results import EvalResult, compare
+    from swapprune.evaluation.results import EvalResult
     from swapprune.evaluation.suite import _offline
 
     kept = list(getattr(plan, "kept", plan)) if plan is not None else None

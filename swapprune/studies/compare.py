@@ -18,14 +18,13 @@ an added method redoes nothing already done.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from swapprune.config import CalibrationConfig, CompareConfig, EvalConfig, RunConfig, SelectConfig
-from swapprune.errors import SwappruneError
+from swapprune.studies.cache import cached, content_key
 from swapprune.studies.compare_cells import (
     cell_specs,
     merge_key,
@@ -85,21 +84,6 @@ class CompareJob:
         self.run.check(study=True)
         self.compare.check()
         return self
-
-
-def _key(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _cached(path: Path, read):
-    """The cached entry at ``path``, or ``None`` when it is missing or unreadable."""
-    if not path.exists():
-        return None
-    try:
-        return read(path)
-    except (OSError, ValueError, KeyError, TypeError, SwappruneError):
-        path.unlink(missing_ok=True)  # a truncated or foreign entry is recomputed
-        return None
 
 
 def run_compare(job: CompareJob, progress: bool = True) -> dict:
@@ -165,10 +149,10 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     gen_cfg["setting"] = [g.N_PROMPTS, g.PROMPT_TOKENS, g.NEW_TOKENS]
 
     def gen_file(kept, merged) -> Path:
-        return cache / f"gen-{_key({**gen_cfg, 'kept': kept, 'merged': merged})}.json"
+        return cache / f"gen-{content_key({**gen_cfg, 'kept': kept, 'merged': merged})}.json"
 
     def read_gen(f: Path) -> dict | None:
-        return _cached(f, lambda p: json.loads(p.read_text()))
+        return cached(f, lambda p: json.loads(p.read_text()))
 
     def prime(kept, merged) -> None:
         """The base model's continuations, if this cut needs them; call it on the intact model."""
@@ -192,8 +176,8 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
         return res, eval_s, generated(kept, merged, m)
 
     def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
-        f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
-        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        f = cache / f"eval-{content_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
+        hit = cached(f, lambda p: EvalResult.from_json(p.read_text()))
         if hit is not None:
             return hit, 0.0
         # Comparisons that share a cache (several calibration seeds, say) evaluate each
@@ -202,7 +186,7 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
             return _evaluate_into(f, m)
 
     def _evaluate_into(f: Path, m) -> tuple[EvalResult, float]:
-        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        hit = cached(f, lambda p: EvalResult.from_json(p.read_text()))
         if hit is not None:
             return hit, 0.0
         t = time.perf_counter()
@@ -263,9 +247,9 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
                     "positions": job.calib.positions,
                     "model": src.id,
                 }
-                pf = cache / f"plan-{_key(pkey)}.json"
+                pf = cache / f"plan-{content_key(pkey)}.json"
                 t = time.perf_counter()
-                plan = _cached(pf, PrunePlan.from_json)
+                plan = cached(pf, PrunePlan.from_json)
                 if plan is None:
                     plan = selected(label, crit, seed, budget)
                     plan.to_json(pf)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from swapprune.config import RunConfig, SelectConfig
-from swapprune.config.studies import cell_select
+from swapprune.config.cells import cell_select
 
 if TYPE_CHECKING:
     from swapprune.studies.compare import CompareJob
@@ -134,7 +134,7 @@ def patched_cell(job, loaded, plan, entry, seed, kind, calibration, measured, ca
     from swapprune.edit.patch_io import load_patches, save_patches
     from swapprune.edit.surgery import apply_plan
     from swapprune.plan import PrunePlan
-    from swapprune.studies.compare import _cached, _key
+    from swapprune.studies.cache import cached, content_key
 
     cfg = method_config(job, entry, seed, plan.budget or len(plan.removed))
     assert cfg.prune is not None
@@ -143,10 +143,10 @@ def patched_cell(job, loaded, plan, entry, seed, kind, calibration, measured, ca
     key = {"kept": plan.kept, "patch": kind, "cal": calibration.describe(), "seed": seed,
            "prompts": prune.patch_prompts, "tokens": prune.patch_tokens,
            "ridge": prune.patch_ridge, "model": loaded.source.id}  # fmt: skip
-    d = cache / f"patch-{_key(key)}"
+    d = cache / f"patch-{content_key(key)}"
     meta = d / "plan.json"
     t = time.perf_counter()
-    cut = _cached(meta, PrunePlan.from_json)
+    cut = cached(meta, PrunePlan.from_json)
     patches = load_patches(cut, d) if cut is not None else None
     if patches is None:
         cut = PrunePlan.from_dict(plan.to_dict())
@@ -156,8 +156,8 @@ def patched_cell(job, loaded, plan, entry, seed, kind, calibration, measured, ca
         cut.patch["sha256"] = save_patches(patches, d)
         cut.to_json(meta)
     fit_s = time.perf_counter() - t
+    assert cut is not None and cut.patch is not None  # read back, or fitted just now
     edited = apply_plan(copy.deepcopy(loaded.model), cut, lambda *_: None, patches)
-    assert cut.patch is not None
     res, eval_s, gen = measured(cut.kept, {"patch": cut.patch["sha256"]}, edited)
     return {
         "plan": cut,

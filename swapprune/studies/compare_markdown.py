@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from swapprune.evaluation.names import EXTENDED_PPL, WIKITEXT2_PPL
+from swapprune.studies.compare_markdown_verdicts import fmt, interval, regime_lines, verdict_section
 
 #: Short names of the perplexity contracts in column headers.
 SHORT = {WIKITEXT2_PPL: "matched", EXTENDED_PPL: "extended"}
-
-
-def _fmt(x, pct=False):
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:+.1f}%" if pct else f"{x:.4g}"
-
-
-def _ci(pair, pct=False) -> str:
-    lo, hi = pair or (None, None)
-    return f"[{_fmt(lo, pct)}, {_fmt(hi, pct)}]"
-
-
-def _signed(x) -> str:
-    return "n/a" if x is None else f"{x:+.2f}"
 
 
 def _contract_lines(results: dict) -> list[str]:
@@ -113,10 +98,10 @@ def _methods_table(results: dict) -> list[str]:
             cells = [str(entry["budget"]), label, _removed(m)]
             for task, metric, _, _ in cols:
                 r = m["metrics"].get(task, {}).get(metric, {"value": None, "ci": [None, None]})
-                cells.append(f"{_fmt(r['value'])} {_ci(r['ci'])}")
+                cells.append(f"{fmt(r['value'])} {interval(r['ci'])}")
                 cells.append(
-                    f"{_fmt(_times100(r.get('rel_change')), True)} "
-                    f"{_ci([_times100(x) for x in r.get('rel_change_ci') or (None, None)], True)}"
+                    f"{fmt(_times100(r.get('rel_change')), True)} "
+                    f"{interval([_times100(x) for x in r.get('rel_change_ci') or (None, None)], True)}"
                 )
             if gen:
                 cells += _generation(m.get("generative"))
@@ -125,106 +110,13 @@ def _methods_table(results: dict) -> list[str]:
             cells = [str(entry["budget"]), "random (mean of seeds)", ""]
             for task, metric, _, _ in cols:
                 on = (task, metric) == primary
-                cells += ["", _fmt(entry["random_mean_cost_pct"], True) if on else ""]
+                cells += ["", fmt(entry["random_mean_cost_pct"], True) if on else ""]
             lines.append("| " + " | ".join(cells + ([""] * 2 if gen else [])) + " |")
     return lines
 
 
 def _times100(x):
     return None if x is None else 100 * x
-
-
-def _verdict_rows(table: dict, unit: str) -> list[str]:
-    fam = table["families"]
-    k, kp = fam["all distinct pairs"], fam["primary"]
-    head = [
-        "n",
-        "A vs B",
-        f"B - A ({'cost ' if unit == 'pts' else ''}{unit}) [95% CI]",
-        "90% CI (TOST)",
-        "p",
-        "verdict",
-        f"Holm over {k} distinct pairs: p, verdict",
-        f"primary family ({kp}): p, verdict",
-        "paper's overlap test",
-        f"MDD ({unit})",
-        "cost A / B [95% CI]",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in table["rows"]:
-        pair = f"{r['a']} vs {r['b']}"
-        if r.get("outcome") in (None, "identical"):
-            cells = [str(r["budget"]), pair, "", "", "", r["label"]] + [""] * 5
-            lines.append("| " + " | ".join(cells) + " |")
-            continue
-        lo, hi = r["ci"]
-        tlo, thi = r["ci_tost"]
-        prim = r.get("primary")
-        ratio = r.get("cost_ratio")
-        cells = [
-            str(r["budget"]),
-            pair,
-            f"{_signed(r['estimate'])} [{_signed(lo)}, {_signed(hi)}]",
-            f"[{_signed(tlo)}, {_signed(thi)}]",
-            f"{r['p_value']:.3g}",
-            r["label"],
-            f"{r['p_holm']:.3g}, {r['label_holm']}",
-            f"{prim['p_holm']:.3g}, {prim['label_holm']}" if prim else "",
-            r.get("overlap_label") or "",
-            "n/a" if r.get("mdd") is None else f"{r['mdd']:.2g}",
-            "n/a" if not ratio else f"{_fmt(ratio['estimate'])} {_ci(ratio['ci'])}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _verdict_section(results: dict) -> list[str]:
-    c = results["contract"]
-    margin = c.get("margin") or {"label": "+-2 pts", "unit": "points"}
-    lines = [
-        "",
-        f"Verdicts: {c['test']} {c['multiplicity']}. The paper's overlap test is shown "
-        "beside, labelled as the paper's. MDD: the smallest difference the paired test "
-        "detects with 80% power. Cost A / B: the ratio of the two costs with a paired CI "
-        "(interchange vs replacement: the pruning-level I/R).",
-    ]
-    for table in results.get("verdicts", []):
-        unit = "pts" if margin["unit"] == "points" else table["metric"]
-        lines += [
-            "",
-            f"### {table['task']} / {table['metric']}: {table['contract']}",
-            "",
-            f"Margin {margin['label']}; primary contrasts per budget: "
-            + (
-                "; ".join(
-                    f"n={b}: " + ", ".join(" vs ".join(p) for p in ps)
-                    for b, ps in table["primary_contrasts"].items()
-                    if ps
-                )
-                or "none"
-            )
-            + ".",
-            "",
-            *_verdict_rows(table, unit),
-        ]
-    return lines
-
-
-def _regime_lines(reg: dict | None) -> list[str]:
-    if not reg:
-        return []
-    lines = [
-        "",
-        f"Probe regime (adjacent pairs): **{reg['call']}**: median d_repl "
-        f"{reg['median_replacement']:.3g}, d_inter {reg['median_interchange']:.3g}, "
-        f"I/R {_fmt(reg['median_ir'])}. {reg['advice']}.",
-    ]
-    rel = reg.get("relative")
-    if rel:
-        from swapprune.select.regime import relative_line
-
-        lines.append(f"Beside it, {relative_line(rel)}.")
-    return lines
 
 
 def write_markdown(results: dict, path: Path) -> None:
@@ -234,14 +126,14 @@ def write_markdown(results: dict, path: Path) -> None:
     lines = [
         f"# Pruning cost by protocol: {results['model']} ({results['num_layers']} blocks)",
         "",
-        f"Metric: {task} / {metric}; baseline {_fmt(base['value'])} "
-        f"[{_fmt(base['ci'][0])}, {_fmt(base['ci'][1])}]. "
+        f"Metric: {task} / {metric}; baseline {fmt(base['value'])} "
+        f"[{fmt(base['ci'][0])}, {fmt(base['ci'][1])}]. "
         f"Cost = relative change vs the unpruned model (positive = worse for a lower-is-better "
         f"metric); 95% CIs from a bootstrap over the same units.",
         *_contract_lines(results),
         "",
         *_methods_table(results),
-        *_verdict_section(results),
-        *_regime_lines(results.get("regime")),
+        *verdict_section(results),
+        *regime_lines(results.get("regime")),
     ]
     path.write_text("\n".join(lines) + "\n")

@@ -37,7 +37,7 @@ __all__ = ["SCHEMA", "build_results", "write_markdown"]
 
 
 def _metric_rows(result, base, tasks):
-    from swapprune.evaluation.results import paired
+    from swapprune.evaluation.pairing import paired
 
     rows = {}
     for task in tasks:

@@ -69,7 +69,7 @@ def _units(result, task, metric):
 def _verdict(base, ca, cb, a: str, b: str, task: str, metric: str, margin, n_boot: int):
     """The Verdict of cell ``b`` against cell ``a``, or why none can be stated (a string)."""
     from swapprune.errors import SwappruneError
-    from swapprune.evaluation.results import articles
+    from swapprune.evaluation.pairing import articles
     from swapprune.stats.comparison import compare_cuts
 
     ra, rb = ca["result"], cb["result"]
@@ -101,7 +101,7 @@ def _verdict(base, ca, cb, a: str, b: str, task: str, metric: str, margin, n_boo
 
 def _cost_ratio(base, ca, cb, task: str, metric: str, cost_a, cost_b, n_boot: int):
     """``cost(a) / cost(b)`` with its paired CI (articles resampled on the extended contract)."""
-    from swapprune.evaluation.results import articles
+    from swapprune.evaluation.pairing import articles
     from swapprune.stats.clustered import cost_ratio
 
     if cost_a is None or not cost_b:
