@@ -165,5 +165,5 @@ def patched_cell(job, loaded, plan, entry, seed, kind, calibration, measured, ca
         "select_s": fit_s,
         "eval_s": eval_s,
         "generative": gen,
-        "entry": f"{entry}+{kind}",
+        "entry": entry,  # the label (criterion+kind) says it is patched
     }
