@@ -154,8 +154,9 @@ def verdict_table(base, cells, task: str, metric: str, costs, margin, n_boot: in
     for budget, methods in sorted(cells.items()):
         labels = [lab for lab in methods if not is_random(lab)]
         higher = _higher_is_better(base, task, metric)
-        wanted = {frozenset(p) for p in primary_contrasts(costs.get(budget, {}), higher)}
-        primaries[budget] = [sorted(p) for p in wanted]
+        contrasts = primary_contrasts(costs.get(budget, {}), higher)
+        primaries[budget] = [list(p) for p in contrasts]  # in primary_contrasts' order
+        wanted = {frozenset(p) for p in contrasts}
         for a, b in itertools.combinations(labels, 2):
             ca, cb = methods[a], methods[b]
             v = _verdict(base, ca, cb, a, b, task, metric, margin, n_boot)
