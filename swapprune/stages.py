@@ -338,26 +338,33 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
 def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
     """Base vs pruned perplexity on the first windows of the matched contract.
 
-    With a linear patch the pruned model is the patched one, and the record also
-    holds the cost of the plain removal.
+    With ``cost.generative`` the record also holds the greedy-continuation agreement
+    (:mod:`swapprune.evaluation.generative`). With a linear patch the pruned model is the
+    patched one, and the record also holds the cost of the plain removal.
     """
     from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
     windows = c.windows or None
+    gen = c.generative
     if plan.op == "remove" and not patches:
         return pruning_cost(
-            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold
-        )
+            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
+            generative=gen,
+        )  # fmt: skip
     from swapprune.edit.surgery import apply_plan
 
     edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
     cost = pruning_cost(
-        loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold
-    )
+        loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold,
+        generative=gen,
+    )  # fmt: skip
     if patches:
-        plain = pruning_cost(loaded.model, loaded.tokenizer, plan.kept, windows=windows)
+        # The plain removal's perplexity only: its generation is not what the run keeps.
+        plain = pruning_cost(
+            loaded.model, loaded.tokenizer, plan.kept, windows=windows, generative=False
+        )
         cost.unpatched = plain.to_dict()
     return cost
 
@@ -377,4 +384,5 @@ def evaluate(config: RunConfig, model, tokenizer):
         max_length=e.max_length,
         batch_size=e.batch_size,
         n_boot=e.bootstrap,
+        per_article=e.per_article,
     )

@@ -140,10 +140,8 @@ def print_eval_summary(res, baseline=None) -> None:
                 b = baseline.tasks[name].metrics[metric].value
                 change = f"{(m.value / b - 1) * 100:+.1f}%" if b else "n/a"
                 try:
-                    _, verdict = compare(baseline, result, name, metric)
-                    verdict = verdict.replace("b better", "this model better").replace(
-                        "a better", "baseline better"
-                    )
+                    names = ("baseline", "this model")
+                    verdict = compare(baseline, result, name, metric, names=names)[1].label
                 except Exception as e:  # units that do not pair (another limit or tokenizer)
                     verdict = f"not paired: {e}"
                 line += f"; vs baseline {b:.4g}: {change} ({verdict})"

@@ -225,7 +225,9 @@ class EvalConfig:
     """lm-eval tasks on the in-memory model at each point of the run."""
 
     tasks: list[str] = opt(
-        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract",
+        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract, "
+        "wikitext2_ext the extended one (one window from each later article, article-clustered "
+        "CIs): --tasks wikitext2_ppl,wikitext2_ext reports both",
         factory=lambda: ["wikitext2_ppl"],
     )
     limit: int | None = opt(None, "examples / perplexity windows per task (quick checks only)")
@@ -234,6 +236,11 @@ class EvalConfig:
     )
     max_length: int = opt(
         contract.MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
+    )
+    per_article: int = opt(
+        1,
+        "wikitext2_ext: windows per article (1: 59 windows, about 164 CPU-s per SmolLM2-135M "
+        "model on one thread; 2: twice that)",
     )
     batch_size: int = opt(8, "sequences per forward pass")
     bootstrap: int = opt(N_BOOT, "bootstrap resamples for the CIs")
@@ -252,6 +259,7 @@ class EvalConfig:
             choice("eval.at entry", p, POINTS)
         positive("words", self.words)
         positive("max_length", self.max_length, 2)
+        positive("per_article", self.per_article)
         positive("eval batch_size", self.batch_size)
         positive("limit", self.limit)
         positive("bootstrap", self.bootstrap)
@@ -269,6 +277,11 @@ class CostConfig:
         8, "windows of the matched contract to score (the first N; 0: all of them)"
     )
     threshold: float = opt(0.5, "warn when dPPL exceeds this (0.5 = +50%)")
+    generative: bool = opt(
+        True,
+        "also measure greedy-continuation agreement with the unpruned model (32 LAMBADA "
+        "prompts x 32 tokens; SmolLM2-135M, one CPU thread: about 40 s)",
+    )
 
     def check(self) -> None:
         if self.windows is not None and self.windows != 0 and self.windows < 2:

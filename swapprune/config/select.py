@@ -45,6 +45,13 @@ class SelectConfig:
         "beam search: seed candidates taken from the criterion (the paper: "
         "top 12 interchange candidates)",
     )
+    auto_shortlist: str = opt(
+        "swap",
+        "auto, both-high: the blocks the verifying beam searches: swap (both protocols' most "
+        "removable), or, as controls that credit the swap probes or not, bi (Block "
+        "Influence's) or random (a seeded draw from the middle half of the stack), both of the "
+        "swap shortlist's size",
+    )
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
     patch: str = opt(
         "none",
@@ -121,6 +128,12 @@ class SelectConfig:
             raise SwappruneError(
                 f"certify_delta must be >= 0 dPPL points, got {self.certify_delta}"
             )
+        choice("auto_shortlist", self.auto_shortlist, AUTO_SHORTLISTS)
+        if self.auto_shortlist != "swap" and self.protocol != "auto":
+            raise SwappruneError(
+                f"auto_shortlist {self.auto_shortlist} is a setting of --protocol auto, "
+                f"not of '{self.protocol}'"
+            )
         choice("patch", self.patch, PATCHES)
         if self.patch != "none":
             if self.op == "merge":
@@ -148,6 +161,8 @@ class SelectConfig:
             )
 
 
+#: Where ``auto``'s both-high beam takes its shortlist from (:mod:`swapprune.select.auto`).
+AUTO_SHORTLISTS = ("swap", "bi", "random")
 #: Patch kinds (``--patch``).
 PATCHES = ("none", "linear")
 #: Tokens per held-out window unless the model's context is shorter.

@@ -144,7 +144,9 @@ class ScoreResult:
             "pairs": pair_rows,
             "deletion": deletion_rows,
         }
-        out["summary"] = summarize(pair_rows, self.pairs, idx, self.meta.get("positions"))
+        out["summary"] = summarize(
+            pair_rows, self.pairs, idx, self.meta.get("positions"), self.deletion
+        )
         return out
 
     @staticmethod
@@ -263,8 +265,13 @@ def _index(value, what: str, low: int, high: int | None) -> int:
     return value
 
 
-def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) -> dict:
-    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.select.regime`)."""
+def summarize(
+    rows: list[dict], pairs: dict, idx, positions: str | None = None, deletion=None
+) -> dict:
+    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.select.regime`).
+
+    With ``deletion`` (``block -> kl[N]``) the call carries its relative band too.
+    """
     both = [r for r in rows if "replacement" in r and "interchange" in r]
     summary: dict = {}
     if both:
@@ -295,7 +302,7 @@ def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) 
                 }
             )
         summary["by_gap"] = by_gap
-        summary["regime"] = regime(pairs, idx, positions)
+        summary["regime"] = regime(pairs, idx, positions, deletion or None)
     if rows and idx is not None:
         summary["ranking"] = _rank_ci(rows, pairs, idx)
     return summary

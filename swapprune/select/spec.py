@@ -70,6 +70,7 @@ class SelectionSpec:
         stability_threshold, n_boot: the selection's bootstrap.
         certify, certify_sets, certify_floor, certify_delta: the regret certificate
             (:mod:`swapprune.select.certificate`); merges are not certified.
+        auto_shortlist: where ``auto``'s both-high beam takes its shortlist from.
     """
 
     name: str
@@ -95,6 +96,7 @@ class SelectionSpec:
     certify_sets: int = 6
     certify_floor: float = 0.05
     certify_delta: float | None = None
+    auto_shortlist: str = "swap"
 
     @property
     def num_layers(self) -> int:
@@ -262,4 +264,5 @@ def build(
         certify_sets=select.certify_sets,
         certify_floor=select.certify_floor,
         certify_delta=select.certify_delta,
+        auto_shortlist=select.auto_shortlist,
     )
