@@ -24,11 +24,13 @@ demo: $(STAMP)
 		--prompts 32 --tokens 64 --output runs/demo --overwrite
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	# One worker per core (one torch thread each); a file's tests stay on one worker so
+	# that its module fixtures are built once.
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # Real model (SmolLM2 GGUF), int4 packing and torchrun: minutes, not seconds. CI runs them once.
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -n auto --dist loadfile -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check swapprune tests eval
@@ -63,7 +65,7 @@ install-llmcompressor: $(LLMC_STAMP)
 test-llmcompressor: $(LLMC_STAMP)
 	$(LLMC_PY) -c "import transformers, llmcompressor; print('transformers', transformers.__version__, 'llmcompressor', llmcompressor.__version__)"
 	$(LLMC_PY) -m pytest -q tests/test_llmcompressor.py
-	$(LLMC_PY) -m pytest -q --ignore=tests/test_llmcompressor.py
+	$(LLMC_PY) -m pytest -q -n auto --dist loadfile --ignore=tests/test_llmcompressor.py
 
 # Mutation testing with mutmut (configured under [tool.mutmut] in pyproject.toml) of the
 # probe plans, selection, scores artifact, bootstrap and compare report, against their fast
