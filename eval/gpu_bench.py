@@ -83,9 +83,9 @@ from swapprune.model.stack import decoder_stack  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- selection adapter
-# Every selection this bench makes (SLEB, auto) goes through select_blocks. The
-# selection API is being redesigned: retarget this function (and auto_certificate)
-# and nothing below changes.
+# Every selection this bench makes (SLEB, auto) goes through select_blocks, which calls
+# swapprune.plan_pruning (the CLI's select stage); auto_certificate reads the
+# certificate auto records. A change of the selection API is handled here alone.
 @dataclass
 class Selected:
     """What a selection reports, in the form the bench reads.
