@@ -128,6 +128,7 @@ def pruning_cost(
     n_boot: int = bootstrap.N_BOOT,
     threshold: float = THRESHOLD,
     text: str | None = None,
+    then: str | None = None,
 ) -> Cost:
     """Measure base vs pruned perplexity and the pruning cost with its CI.
 
@@ -143,6 +144,7 @@ def pruning_cost(
         n_boot: bootstrap resamples.
         threshold: dPPL above which the record warns.
         text: override of the evaluation text (tests).
+        then: the command the warning names as the next step (default: in words).
     """
     if (plan is None) == (pruned is None):
         raise SwappruneError("pruning_cost needs a removal plan or the pruned model (one of them)")
@@ -183,7 +185,7 @@ def pruning_cost(
             after = ppl(view)
     else:
         after = ppl(pruned)
-    cmp, verdict = compare(base, after, TASK, n_boot=n_boot)
+    cmp, verdict = compare(base, after, TASK, n_boot=n_boot, names=("base", "pruned"))
     dppl = cmp.ratio.estimate - 1
     info = base.tasks[TASK].info
     total = len(sliding_windows(info["n_tokens"], max_length, contract.stride(max_length)))
@@ -206,6 +208,6 @@ def pruning_cost(
         cost.warning = (
             f"warning: this cut raises perplexity by {dppl:+.0%} "
             f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-            f"next: {next_step(budget, protocol)}"
+            f"next: {then or next_step(budget, protocol)}"
         )
     return cost
