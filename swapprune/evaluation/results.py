@@ -116,6 +116,7 @@ def compare(
     metric: str | None = None,
     n_boot: int = bootstrap.N_BOOT,
     seed: int = bootstrap.SEED,
+    names: tuple[str, str] | None = None,
 ) -> tuple[bootstrap.PairedComparison, str]:
     """Paired bootstrap of run ``b`` against run ``a`` on one task metric.
 
@@ -126,6 +127,8 @@ def compare(
         metric: Metric name; the task's first metric if None.
         n_boot: Number of resamples.
         seed: Seed of the resampling generator.
+        names: What ``a`` and ``b`` are: a verdict that is not a tie then names both
+            sides (``"base better than pruned by 1.2x"``).
 
     Returns:
         The comparison and its verdict (``"tie"`` or ``"b better by 1.2x"``).
@@ -151,4 +154,11 @@ def compare(
     cmp = bootstrap.paired_difference(
         ta.matrix(metric), tb.matrix(metric), m.statistic, n_boot=n_boot, seed=seed
     )
-    return cmp, bootstrap.verdict(cmp, m.higher_is_better)
+    if names is None:
+        return cmp, bootstrap.verdict(cmp, m.higher_is_better)
+    text = bootstrap.verdict(cmp, m.higher_is_better, names)
+    if text == "tie":
+        return cmp, text
+    winner, factor = text.split(" better by ")
+    loser = names[1] if winner == names[0] else names[0]
+    return cmp, f"{winner} better than {loser} by {factor}"
