@@ -22,6 +22,8 @@ Arms (each a separate ``--arm`` so they can run in parallel, one per core):
 * ``bi``: Block Influence (ShortGPT), one pass.
 
     python eval/bench_certificate.py --arm sleb --out eval/certificate
+
+Run it from a checkout that does not change while it runs (the modules load lazily).
     python eval/bench_certificate.py --report --out eval/certificate
 
 One thread per process (``torch.set_num_threads(1)``). The model is the Q4_1
@@ -50,8 +52,10 @@ ARMS = ("fixed-interchange", "adaptive-interchange", "adaptive-auto", "fixed-aut
 
 def matched_cost(model, tok, removed) -> dict:
     from swapprune.evaluation.cost import pruning_cost
+    from swapprune.plan import PrunePlan
 
-    c = pruning_cost(model, tok, sorted(removed), windows=None)
+    plan = PrunePlan.from_removal(model.config.num_hidden_layers, sorted(removed))
+    c = pruning_cost(model, tok, plan, windows=None)
     return {"base_ppl": c.base_ppl, "ppl": c.pruned_ppl, "dppl_pct": 100 * c.dppl,
             "ci_pct": [100 * c.ci[0], 100 * c.ci[1]], "windows": c.windows}  # fmt: skip
 
@@ -124,11 +128,15 @@ def run_arm(arm: str, args) -> dict:
         n = 64 if arm == "fixed-interchange" else args.fixed_auto_windows
         cal = load_calibration(tok, None, n, 128, args.seed)
         probes = ("interchange",) if arm == "fixed-interchange" else ("replacement", "interchange")
+        # The probes are kept (and resumed) in the output directory: they are the long part.
+        kept = Path(args.out) / f"{arm}-scores.json"
         scores, cpu, wall = timed(lambda: score(model, calibration=cal, protocols=probes,
-                                                pairs="adjacent", progress=False, seed=args.seed))  # fmt: skip
+                                                pairs="adjacent", progress=False, seed=args.seed,
+                                                out=kept))  # fmt: skip
         out["probes"] = {"windows": [n, 128], "cpu_s": cpu, "wall_s": wall,
                          "block_evals": scores.meta["timing"]["block_evals"],
-                         "block_tokens": scores.meta["timing"]["block_tokens"]}  # fmt: skip
+                         "block_tokens": scores.meta["timing"]["block_tokens"],
+                         "note": "cpu_s/wall_s are this process's: a resumed file only adds what was left"}  # fmt: skip
         protocol = "interchange" if arm == "fixed-interchange" else "auto"
         for b in args.budgets:
             plan, cpu, wall = timed(lambda b=b: plan_pruning(
@@ -178,6 +186,21 @@ def _flush(out: dict, args) -> None:
     write_json_atomic(Path(args.out) / f"{out['arm']}.json", out, indent=1)
 
 
+def recost(args) -> None:
+    """Recompute the matched cost of every budget in the arm files already written."""
+    torch.set_num_threads(1)
+    model, tok, _ = swapprune.load_model("smollm2-135m", progress=False)
+    for a in ARMS:
+        path = Path(args.out) / f"{a}.json"
+        if not path.is_file():
+            continue
+        out = json.loads(path.read_text())
+        for row in out["budgets"].values():
+            row["cost"] = matched_cost(model, tok, row["removed"])
+        write_json_atomic(path, out, indent=1)
+        print(a, {b: round(r["cost"]["dppl_pct"], 2) for b, r in out["budgets"].items()})
+
+
 def report(args) -> str:
     d = Path(args.out)
     arms = {
@@ -214,6 +237,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arm", choices=ARMS)
     p.add_argument("--report", action="store_true")
+    p.add_argument("--recost", action="store_true", help="recompute the matched costs in place")
     p.add_argument("--budgets", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
     p.add_argument("--tranche", type=int, default=8)
     p.add_argument("--pool", type=int, default=64)
@@ -222,6 +246,9 @@ def main() -> None:
     p.add_argument("--out", default="eval/certificate")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.recost:
+        recost(args)
+        return
     if args.report:
         text = report(args)
         (Path(args.out) / "REPORT.md").write_text(text)

@@ -27,3 +27,7 @@ def unknown_name(kind: str, name: str, choices: Iterable[str]) -> SwappruneError
     return SwappruneError(
         f"unknown {kind} '{name}'{did_you_mean(name, choices)}; known: {', '.join(choices)}"
     )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process was, so cleanups run as for Ctrl-C."""

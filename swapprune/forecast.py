@@ -150,7 +150,7 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         look = probe_work(L, _pairs(L), probes, a.tranche, c.tokens, bs, c.positions)
         parts.append(Part("probes", look))
         if crit.tiebreak == "residual" or spec.policy == "auto":
-            parts.append(Part("tie-break", pass_work(L, a.tranche, c.tokens, bs, head=False)))
+            parts.append(Part("tiebreak passes", pass_work(L, a.tranche, c.tokens, bs, head=False)))
         if looks > 1:
             if spec.certify:  # a later look evaluates only the sets it has not seen
                 look += set_work(L, n, spec.certify_sets, h, t, bs) - pass_work(

@@ -15,8 +15,9 @@ hidden sibling and renamed into place at the end, so a failed run leaves no
 directory that looks whole. It is a checkpoint that loads with plain
 ``from_pretrained`` plus ``plan.json``, ``mergekit.yaml``, ``README.md`` (model
 card), ``provenance.json``, ``config.yaml`` (the resolved configuration),
-``metrics.json``, ``scores.json`` (when probes were measured), ``eval/<point>.json``
-and ``quantized/`` (when quantized).
+``metrics.json``, ``scores.json`` (when probes were measured), ``model.gguf`` (a
+GGUF input cut by a plain removal, :mod:`swapprune.config.gguf_output`),
+``eval/<point>.json`` and ``quantized/`` (when quantized).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def run(
     """
     cfg = config
     checked = stages.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     book = RunBook(cfg, say or (lambda _: None), list(sys.argv) if command is None else command)
     loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
@@ -166,7 +168,14 @@ def run(
         if cfg.export:
             from swapprune.output.artifacts import staging_dir
 
-            directory = stack.enter_context(staging_dir(cfg.export.output))
+            directory = stack.enter_context(
+                staging_dir(
+                    cfg.export.output,
+                    overwrite=cfg.export.overwrite,
+                    expected=start_state,
+                    needs=stages.model_bytes(model, cfg),
+                )
+            )
             book.stage(
                 "save",
                 book.save_model,

@@ -112,6 +112,8 @@ class RunBook:
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
         from swapprune.model.load import resolve_dtype
         from swapprune.output.checkpoint import write_checkpoint
+        from swapprune.output.gguf_save import save_gguf, writes_gguf
+        from swapprune.output.serving_report import ServingReport
 
         x = self.config.export
         assert x is not None
@@ -121,10 +123,18 @@ class RunBook:
             plan.patch["sha256"] = save_patches(patches, directory)
         ids = calibration.input_ids[:2] if calibration is not None else None
         dtype = resolve_dtype(x.save_dtype, "cpu") if x.save_dtype else None
-        record = {k: self.metrics[k] for k in ("cost", "stability") if k in self.metrics}
+        args = (self.config, directory, model, plan, ids)
+        if writes_gguf(self.config):
+            gguf = self.stage("save gguf", save_gguf, *args)
+        else:
+            gguf = save_gguf(*args)  # writes nothing: the reason, when the input is a GGUF
+        if gguf is not None:
+            self.metrics["gguf"] = gguf
+        record = {k: self.metrics[k] for k in ("cost", "stability", "gguf") if k in self.metrics}
         for key in ("certificate", "compute"):
             if key in plan.scores:
                 record[key] = plan.scores[key]
+        serving = ServingReport(model.config, plan, gguf, plan.scores.get("serve"))
         self.metrics["selfcheck"] = write_checkpoint(
             model,
             tok,
@@ -137,7 +147,9 @@ class RunBook:
             check_ids=ids,
             card_extra=card_lines(self.metrics, plan),
             record=record,
+            card_from_files=serving.card_lines,
         )
+        self.metrics["serving"] = serving.to_dict()
         return self.metrics["selfcheck"]
 
     def save_quantized(self, directory: Path, model, tok, plan, calibration):

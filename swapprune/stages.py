@@ -69,6 +69,30 @@ def check(config: RunConfig, study: bool = False) -> Checked:
     return Checked(facts, selection)
 
 
+def output_state(config: RunConfig):
+    """What the export path holds now (``False`` without an export): see
+    :func:`swapprune.output.placement.output_state`."""
+    if config.export is None:
+        return False
+    from pathlib import Path
+
+    from swapprune.output.placement import output_state as state
+
+    return state(Path(config.export.output).expanduser().absolute())
+
+
+def model_bytes(model, config: RunConfig) -> int:
+    """Bytes of the saved weights (at the export dtype), for a full-disk message."""
+    import torch
+
+    x = config.export
+    dtype = getattr(torch, x.save_dtype) if x is not None and x.save_dtype else None
+    return sum(
+        p.numel() * (dtype.itemsize if dtype is not None else p.element_size())
+        for p in model.parameters()
+    )
+
+
 def read_facts(config: RunConfig):
     """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
     from swapprune.model.facts import read_facts as read
@@ -313,52 +337,38 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
 def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
     """Base vs pruned perplexity on the first windows of the matched contract.
 
-    With a linear patch the pruned model is the patched one, and the record also
-    holds the cost of the plain removal.
+    With ``cost.generative`` the record also holds the greedy-continuation agreement
+    (:mod:`swapprune.evaluation.generative`). With a linear patch the pruned model is the
+    patched one, and the record also holds the cost of the plain removal.
     """
     from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
     windows = c.windows or None
-    then = _cheaper(config, plan)
+    from swapprune.cli.next_steps import cheaper_cut
+
+    then = cheaper_cut(config, plan)
+    gen = c.generative
     if plan.op == "remove" and not patches:
         return pruning_cost(
-            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold, then=then
-        )
+            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
+            generative=gen, then=then,
+        )  # fmt: skip
     from swapprune.edit.surgery import apply_plan
 
     edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
     cost = pruning_cost(
-        loaded.model,
-        loaded.tokenizer,
-        pruned=edited,
-        windows=windows,
-        threshold=c.threshold,
-        then=then,
-    )
+        loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold,
+        generative=gen, then=then,
+    )  # fmt: skip
     if patches:
-        plain = pruning_cost(loaded.model, loaded.tokenizer, plan.kept, windows=windows)
+        # The plain removal's perplexity only: its generation is not what the run keeps.
+        plain = pruning_cost(
+            loaded.model, loaded.tokenizer, plan.kept, windows=windows, generative=False
+        )
         cost.unpatched = plain.to_dict()
     return cost
-
-
-def _cheaper(config: RunConfig, plan) -> str | None:
-    """The command to try when a cut costs too much: half the budget; at budget 1 the verified
-    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
-    from swapprune.config.argv import prune_command
-    from swapprune.select.spec import names
-
-    applied = config.prune is None or config.prune.plan is not None
-    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
-    budget = plan.budget or len(plan.removed)
-    if budget > 1:
-        return prune_command(config, budget // 2, protocol)
-    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
-        return prune_command(config, 1, "auto")
-    if config.prune is not None and config.prune.patch == "none":
-        return prune_command(config, 1, None, patch="linear")
-    return None
 
 
 def evaluate(config: RunConfig, model, tokenizer):
@@ -376,4 +386,5 @@ def evaluate(config: RunConfig, model, tokenizer):
         max_length=e.max_length,
         batch_size=e.batch_size,
         n_boot=e.bootstrap,
+        per_article=e.per_article,
     )

@@ -77,14 +77,14 @@ def test_divergent_acts_interchange_guided(model, calib):
     assert d["stability"]["interchange"]["frequency"] > 0.5
 
 
-def test_tie_like_says_they_tie(model, calib):
+def test_tie_like_says_the_regime(model, calib):
     s = scores_table([0.03, 0.02, 0.04, 0.035, 0.03], [0.029, 0.019, 0.039, 0.034, 0.031])
     plan, _ = run(model, calib, s)
     d = plan.scores["auto"]
-    assert d["regime"]["call"] == "tie-like" and "tie" in d["action"]
+    assert d["regime"]["call"] == "tie-like" and "tie-like regime" in d["action"]
     assert plan.removed == d["selections"]["interchange"]
     assert d["agree"] == (d["selections"]["interchange"] == d["selections"]["replacement"])
-    assert any("the protocols tie" in line for line in decision_lines(d))
+    assert any(line.startswith("tie-like regime: interchange") for line in decision_lines(d))
 
 
 def test_both_high_verifies_on_held_out_windows(model, calib):
@@ -171,3 +171,35 @@ def test_bad_input(model, calib):
     assert "auto" not in criteria.CRITERIA  # a policy over criteria, not a criterion
     plan, _ = select(model, auto_spec(), calib, s)
     assert plan.protocol == "auto"
+
+
+@pytest.mark.parametrize("source", ["bi", "random"])
+def test_both_high_controls_search_another_shortlist_of_the_same_size(model, calib, source):
+    """auto's beam over a BI or a random mid-stack shortlist: same size, cap and windows."""
+    from swapprune.select.auto import random_midstack, select_auto
+
+    s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
+    swap, _ = run(model, calib, s, budget=2, shortlist_size=2)
+    spec = dataclasses.replace(auto_spec(2, auto_shortlist=source))
+    plan, _ = select_auto(model, spec, calib, s, heldout=held(), shortlist_size=2)
+    d, d_swap = plan.scores["auto"], swap.scores["auto"]
+    assert d["shortlist_source"] == source and d_swap["shortlist_source"] == "swap"
+    assert len(d["shortlist"]) == len(d_swap["shortlist"])
+    if source == "bi":
+        bi = criteria.get("bi").importance(
+            criteria.Context(L, oracle=CalibrationOracle(model, calib.input_ids))
+        )
+        want = sorted(range(L), key=lambda b: (bi[b], b))[: len(d_swap["shortlist"])]
+    else:
+        want = random_midstack(list(range(L)), L, len(d_swap["shortlist"]), 0)
+        assert want == random_midstack(list(range(L)), L, len(want), 0)  # seeded
+    assert d["shortlist"] == sorted(want)
+    assert set(d["verified"]) <= set(d["shortlist"])
+    assert any(f"control shortlist ({source})" in line for line in decision_lines(d))
+
+
+def test_a_control_shortlist_is_a_setting_of_auto_only():
+    with pytest.raises(SwappruneError, match="setting of --protocol auto"):
+        SelectConfig(budget=1, protocol="bi", auto_shortlist="random").check()
+    with pytest.raises(SwappruneError, match="did you mean 'random'"):
+        SelectConfig(budget=1, protocol="auto", auto_shortlist="randm").check()

@@ -35,40 +35,73 @@ def run(tmp_path_factory):
         "--output",
         str(out),
         "--criteria",
-        "interchange,replacement,reverse,random",
+        "interchange,replacement,reverse,random,interchange@ranked,interchange@merge:laco",
         *ARGS,
     ]
     assert main(cmd) == 0
     return cmd, out
 
 
+CELLS = {
+    "interchange",
+    "replacement",
+    "reverse",
+    "random:0",
+    "random:1",
+    "interchange@ranked",
+    "interchange@merge:laco",
+}
+
+
 def test_results_schema(run):
     _, out = run
     res = json.loads((out / "results.json").read_text())
-    assert res["schema"] == "swapprune.compare/1"
+    assert res["schema"] == "swapprune.compare/2"
     assert res["primary"] == {"task": "swapprune_wikitext2_ppl", "metric": "perplexity"}
     assert [b["budget"] for b in res["budgets"]] == [1, 2]
     for entry in res["budgets"]:
-        assert set(entry["methods"]) == {
-            "interchange",
-            "replacement",
-            "reverse",
-            "random:0",
-            "random:1",
-        }
+        assert set(entry["methods"]) == CELLS
         for m in entry["methods"].values():
             assert len(m["removed"]) == entry["budget"]
             lo, hi = m["cost_pct_ci"]
             assert lo <= m["cost_pct"] <= hi
-        pairs = {(c["a"], c["b"]) for c in entry["comparisons"]}
-        assert ("interchange", "replacement") in pairs
-        for c in entry["comparisons"]:
-            if c["same_layers"]:
-                assert c["verdict"].startswith("same layers")
-            else:
-                lo, hi = c["difference"]["ci"]
-                assert (c["verdict"] == "tie") == (lo <= 0 <= hi)
-    assert (out / "results.md").read_text().count("| 2 |") >= 5
+            g = m["generative"]  # every cell, against one set of base continuations
+            assert 0 <= g["agreement"]["mean"] <= 1 and g["new_tokens"] == 32
+    (table,) = res["verdicts"]
+    assert table["task"] == "swapprune_wikitext2_ppl"
+    pairs = {(r["budget"], r["a"], r["b"]) for r in table["rows"]}
+    assert (2, "interchange", "replacement") in pairs
+    for r in table["rows"]:
+        if r["a_key"] == r["b_key"]:
+            assert r["outcome"] == r["label"] == "identical" and r["p_value"] is None
+            continue
+        lo, hi = r["ci"]
+        assert (r["outcome"] in ("a_better", "b_better")) == (r["p_value"] < 0.05)
+        if r["outcome"] in ("a_better", "b_better"):
+            assert not lo <= 0 <= hi
+        assert r["label"] != "tie" and r["family"] == "all distinct pairs"
+    assert (out / "results.md").read_text().count("| 2 |") >= 7
+
+
+def test_strategy_and_merge_cells_are_labelled_as_written(run):
+    _, out = run
+    res = json.loads((out / "results.json").read_text())
+    for entry in res["budgets"]:
+        ranked, greedy = (entry["methods"][k] for k in ("interchange@ranked", "interchange"))
+        assert ranked["strategy"] == "ranked" and greedy["strategy"] == "greedy"
+        assert ranked["criterion"] == greedy["criterion"] == "interchange"
+        merge = entry["methods"]["interchange@merge:laco"]
+        assert merge["op"] == "merge" and merge["merge"] == "laco" and merge["merged"]
+        assert merge["criterion"] == "interchange"
+        # a merge is another model than the removal of the same blocks
+        row = next(
+            r
+            for t in res["verdicts"]
+            for r in t["rows"]
+            if (r["budget"], r["a"], r["b"])
+            == (entry["budget"], "interchange", "interchange@merge:laco")
+        )
+        assert row["outcome"] != "identical" and row["b_key"].endswith("|rule:laco")
     # Adjacent pairs only: distances along depth, not a near-empty matrix.
     assert not (out / "distance_heatmaps.png").exists()
     for png in ("cost_vs_budget.png", "distances_along_depth.png", "ir_along_depth.png"):

@@ -50,7 +50,8 @@ def test_view_cost_equals_a_pruned_copy_and_leaves_the_model_alone(tok):
 def test_identity_costs_nothing_and_does_not_warn(tok):
     model = tiny_model("llama")
     cost = pruning_cost(model, tok, PrunePlan.from_removal(6, []), **KW)
-    assert cost.dppl == pytest.approx(0.0, abs=1e-9) and cost.verdict == "tie"
+    assert cost.dppl == pytest.approx(0.0, abs=1e-9) and cost.verdict == "identical"
+    assert cost.to_dict()["comparison"]["outcome"] == "identical"  # the same set: not tested
     assert cost.warning is None and cost.to_dict()["warning"] is None
 
 
@@ -78,3 +79,27 @@ def test_bad_calls(tok):
         pruning_cost(model, tok, merge)
     with pytest.raises(SwappruneError, match="at least 2 windows"):
         pruning_cost(model, tok, [0, 1, 2], windows=1)
+
+
+def test_the_cost_record_carries_the_generative_measure_and_a_four_outcome_verdict(tok):
+    from swapprune.evaluation.generative import reference_continuations
+
+    model = tiny_model("llama")
+    plan = PrunePlan.from_removal(6, [1, 4], budget=2)
+    ref = reference_continuations(model, tok, n_prompts=8, new_tokens=16)
+    cost = pruning_cost(model, tok, plan, reference=ref, **KW)
+    g = cost.to_dict()["generative"]
+    assert g["new_tokens"] == 16 and g["prompts"]["n"] == 8
+    assert 0 <= g["agreement"]["ci"][0] <= g["agreement"]["mean"] <= g["agreement"]["ci"][1] < 1
+    assert g["first_divergence"]["mean"] < 16  # the cut leaves the base's path somewhere
+    summary = cost.summary().splitlines()
+    assert summary[0].startswith("cost: WikiText-2 perplexity") and len(summary) == 2
+    assert summary[1].startswith("generation: greedy agreement with the base ")
+    d = cost.to_dict()["comparison"]
+    assert d["a"] == "base" and d["b"] == "cut" and d["label"] == cost.verdict
+    assert d["outcome"] in ("a_better", "b_better", "equivalent", "inconclusive")
+    assert d["a_key"] == "kept:0,1,2,3,4,5" and d["b_key"] == "kept:0,2,3,5"
+    # off: no generative record, one summary line
+    off = pruning_cost(model, tok, plan, generative=False, **KW)
+    assert off.generative is None and off.to_dict()["generative"] is None
+    assert "\n" not in off.summary() and off.pruned_ppl == pytest.approx(cost.pruned_ppl)

@@ -56,6 +56,34 @@ def test_removability_is_min_over_every_scored_partner():
     assert criteria.get("interchange").pair_table(ctx)[(1, 4)] == pytest.approx(0.01)
 
 
+def test_replacement_directed_is_min_over_partners_of_the_direction_that_loses_the_block():
+    """D(l <- j): slot l runs block j, so block l's own computation is what is lost."""
+    s = ScoreResult(meta={"num_layers": 4})
+    # (i, j): D(i <- j) in repl_ij, D(j <- i) in repl_ji (hand-written, no symmetry)
+    for (i, j), (d_ij, d_ji) in {
+        (0, 1): (0.9, 0.2),
+        (1, 2): (0.05, 0.7),
+        (2, 3): (0.4, 0.3),
+        (0, 2): (0.6, 0.01),
+    }.items():
+        s.pairs[(i, j)] = {"repl_ij": np.full(4, d_ij), "repl_ji": np.full(4, d_ji)}
+    ctx = criteria.Context(num_layers=4, scores=s)
+    # block 0: D(0<-1) .9, D(0<-2) .6; block 1: D(1<-0) .2, D(1<-2) .05;
+    # block 2: D(2<-1) .7, D(2<-3) .4, D(2<-0) .01; block 3: D(3<-2) .3
+    directed = criteria.get("replacement-directed").importance(ctx)
+    np.testing.assert_allclose(directed, [0.6, 0.05, 0.01, 0.3])
+    # d_repl takes the worse direction of each pair: another ranking of the same table
+    np.testing.assert_allclose(criteria.get("replacement").importance(ctx), [0.6, 0.7, 0.4, 0.4])
+    crit = criteria.get("replacement-directed")
+    assert crit.probes == ("replacement",) and "own" in crit.source
+    assert "D(l<-j)" in crit.what and crit.default_strategy == "greedy"
+    with pytest.raises(SwappruneError, match="'replacement' scores"):
+        crit.importance(criteria.Context(num_layers=4, scores=None))
+    del s.pairs[(2, 3)]
+    with pytest.raises(SwappruneError, match=r"lack pairs for blocks \[3\]"):
+        crit.importance(criteria.Context(num_layers=4, scores=s))
+
+
 def test_every_criterion_says_its_source_and_what_it_computes():
     rows = criteria.describe()
     assert [r[0] for r in rows] == criteria.names()

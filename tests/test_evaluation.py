@@ -123,19 +123,24 @@ def test_first_words_keeps_raw_text():
         first_words("a b", 3)
 
 
-def test_paired_bootstrap_tie_and_damage(ppl_run, trained, tokenizer):
+def test_paired_bootstrap_equivalence_identity_and_damage(ppl_run, trained, tokenizer):
     same = evaluate(copy.deepcopy(trained), tokenizer, [PPL], words=WORDS, max_length=WINDOW)
     cmp, verdict = compare(ppl_run, same, PPL)
-    assert verdict == "tie" and cmp.difference.estimate == 0.0
+    # the same model evaluated twice, not known to be the same cut: equivalent, not a bare tie
+    assert verdict.outcome == "equivalent" and cmp.difference.estimate == 0.0
+    assert verdict.label == "tie (equivalent within +-2 pts)" and verdict.resampled == "windows"
+    # known to be the same cut: identical, and not tested
+    _, ident = compare(ppl_run, same, PPL, keys=("kept:0,1", "kept:0,1"))
+    assert ident.outcome == "identical" and ident.p_value != ident.p_value  # NaN: no test
 
     damaged = copy.deepcopy(trained)
     with torch.no_grad():
         for p in damaged.model.layers[2].parameters():
             p.mul_(10.0)
     bad = evaluate(damaged, tokenizer, [PPL], words=WORDS, max_length=WINDOW)
-    cmp, verdict = compare(ppl_run, bad, PPL)
+    cmp, verdict = compare(ppl_run, bad, PPL, names=("base", "damaged"))
     assert cmp.difference.low > 0  # damaged perplexity higher on resampled windows
-    assert verdict.startswith("a better by")
+    assert verdict.outcome == "a_better" and verdict.label == "base better"
 
 
 def test_json_round_trip(ppl_run):

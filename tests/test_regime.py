@@ -113,3 +113,39 @@ def test_smollm2_study_is_both_high():
 def test_no_pair_with_both_protocols_gives_none():
     pairs = {(0, 1): {"inter": np.ones(4)}}
     assert R.regime(pairs) is None
+
+
+def test_relative_band_divides_by_the_pair_s_cheaper_deletion_and_is_not_acted_on():
+    """A model both-high on the paper's fixed bands can be divergent relative to deletion."""
+    pairs = table(2.0, 0.3)  # fixed bands: d_inter 0.3 >= 0.10, both-high
+    # deleting any block costs 3 nats: interchange is a tenth of that, replacement 2/3
+    deletion = {b: np.full(8, 3.0 + b) for b in range(5)}
+    r = R.regime(pairs, deletion=deletion)
+    assert r["call"] == "both-high" and r["action"] == "verify"  # the call is unchanged
+    rel = r["relative"]
+    # pair (i, i+1) divides by min(3 + i, 4 + i) = 3 + i; medians over pairs 0..3
+    want_inter = float(np.median([0.3 / (3 + i) for i in range(4)]))
+    assert rel["median_interchange_over_deletion"] == pytest.approx(want_inter)
+    assert rel["median_replacement_over_deletion"] == pytest.approx(
+        float(np.median([2.0 / (3 + i) for i in range(4)]))
+    )
+    assert rel["call"] == "divergent" and rel["pairs_used"] == 4
+    assert "not acted on" in rel["note"] and rel["thresholds"]["high"] == R.REL_HIGH
+    # interchange half a deletion or more: both-high on the relative band too
+    assert R.regime(table(4.0, 2.5), deletion=deletion)["relative"]["call"] == "both-high"
+    assert "relative to deletion: divergent" in R.summary_line(r)
+    # without deletion scores there is no relative band
+    assert R.regime(pairs)["relative"] is None
+
+
+def test_relative_band_reaches_the_score_summary_with_its_confidence():
+    pairs = table(2.0, 0.3)
+    s = ScoreResult(
+        meta={"num_layers": 5, "positions": "all"},
+        pairs=pairs,
+        deletion={b: np.full(8, 3.0) for b in range(5)},
+        n_boot=50,
+    )
+    reg = s.to_dict()["summary"]["regime"]
+    assert reg["relative"]["call"] == "divergent" and reg["relative"]["confidence"] == 1.0
+    assert R.regime_of(s)["relative"]["call"] == "divergent"

@@ -179,7 +179,10 @@ def test_resume_refuses_a_corrupt_file(model, ids, reference, tmp_path):
         (text[: len(text) // 2], "cannot read scores file"),
         ("", "cannot read scores file"),
         ('{"schema": "something else"}', "not a swapprune scores file"),
-        (json.dumps({k: v for k, v in reference[1].items() if k != "bootstrap"}), "not a complete"),
+        (
+            json.dumps({k: v for k, v in reference[1].items() if k != "bootstrap"}),
+            "malformed scores file: missing .bootstrap.",
+        ),
         ("[1, 2]", "cannot resume"),
     ]:
         out.write_text(bad)
@@ -187,11 +190,11 @@ def test_resume_refuses_a_corrupt_file(model, ids, reference, tmp_path):
     short = json.loads(text)
     short["pairs"][0]["interchange"]["per_window"] = [0.1]
     out.write_text(json.dumps(short))
-    _refused(out, "inconsistent.*1 windows, not 6", **base)
+    _refused(out, r"malformed scores file: per-window values of different lengths \[1, 6\]", **base)
     wrong = json.loads(text)
     wrong["pairs"][0]["j"] = 9
     out.write_text(json.dumps(wrong))
-    _refused(out, "inconsistent.*out of range", **base)
+    _refused(out, "malformed scores file: pair j 9 is out of range", **base)
 
 
 def test_added_protocol_is_probed_for_every_pair(model, ids, reference, tmp_path):

@@ -90,3 +90,38 @@ def test_held_out_target_and_bad_names():
     assert res["deletion_cost"]["base_ppl"] == pytest.approx(base, rel=1e-5)
     with pytest.raises(SwappruneError, match="did you mean 'sleb'"):
         predictor_validity(model, calibration=Calibration(IDS, "test", 0), criteria=["slbe"])
+
+
+def test_layer_bootstrap_beside_the_window_ci_and_the_paired_difference(tmp_path):
+    """Each criterion also gets a CI over resampled blocks; interchange - BI is paired."""
+    from swapprune.stats.layers import layer_bootstrap_spearman
+
+    model = tiny_model("llama", seed=1)
+    names = ["interchange", "replacement-directed", "bi", "random"]
+    res = predictor_validity(
+        model, calibration=Calibration(IDS, "test", 0), criteria=names, n_boot=200
+    )
+    rows, cost = res["criteria"], res["deletion_cost"]["per_layer"]
+    # the same draws as the layer bootstrap of the point removabilities
+    want = layer_bootstrap_spearman(
+        {n: rows[n]["removability"] for n in names}, cost, n_boot=200, seed=0
+    )
+    for n in names:
+        assert rows[n]["layer_ci"] == pytest.approx([want.intervals[n].low, want.intervals[n].high])
+        assert rows[n]["layer_ci"][0] <= rows[n]["spearman"] <= rows[n]["layer_ci"][1]
+    lb = res["layer_bootstrap"]
+    assert lb["n_blocks"] == 6 and set(lb["criteria"]) == set(names)
+    diff = lb["differences"]["interchange - bi"]
+    iv, p = want.difference("interchange", "bi")
+    assert diff == {"estimate": pytest.approx(iv.estimate), "ci": pytest.approx([iv.low, iv.high]),
+                    "p_value": pytest.approx(p)}  # fmt: skip
+    assert diff["estimate"] == pytest.approx(
+        rows["interchange"]["spearman"] - rows["bi"]["spearman"]
+    )
+    assert "replacement-directed - interchange" in lb["differences"]
+    # replacement-directed reads the replacement probe's directions, window by window
+    s = rows["replacement-directed"]
+    assert s["resampled"].startswith("windows") and s["source"].startswith("swapprune's own")
+    md = write_validity_report(res, tmp_path / "v") / "validity.md"
+    text = md.read_text()
+    assert "| layer 95% CI |" in text and "- interchange - bi: " in text

@@ -123,3 +123,6 @@ def test_primary_contrasts():
     costs["random:3"] = 10.0  # random is a control, never "the best baseline"
     assert primary_contrasts(costs) == [("interchange", "replacement"), ("auto", "sleb")]
     assert primary_contrasts({"auto": 1.0, "bi": None}) == []
+    # a strategy-matched baseline is a baseline; a merge or a patched cell is another operation
+    cells = {"auto": 30.0, "sleb": 31.0, "bi@greedy": 29.5, "bi@merge:laco": 1.0, "bi+linear": 2.0}
+    assert primary_contrasts(cells) == [("auto", "bi@greedy")]

@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from swapprune.calibration.defaults import SOURCE as DEFAULT_SOURCE
 from swapprune.calibration.tokens import encode
 from swapprune.errors import SwappruneError
-
-DEFAULT_SOURCE = "wikitext2-valid"
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from swapprune import __version__
 from swapprune.cli.options import Formatter, Parser
-from swapprune.errors import SwappruneError, did_you_mean
+from swapprune.errors import SwappruneError, Terminated, did_you_mean
 
 #: command -> (module, one-line help). ``prune`` is the default command.
 COMMANDS = {
@@ -28,7 +28,7 @@ COMMANDS = {
     "compare": ("compare", "pruning cost of each criterion at each budget, with paired verdicts"),
     "validate": ("validate", "does each criterion predict the real cost of deleting a block?"),
     "run": ("recipe", "run a YAML recipe: score -> prune -> heal -> quantize -> eval -> export"),
-    "list": ("listing", "list criteria, strategies, merge rules, probes and evaluation tasks"),
+    "list": ("listing", "list criteria, strategies, merge rules, probes, runtimes and tasks"),
 }
 
 EPILOG = """examples:
@@ -106,14 +106,41 @@ def main(argv: list[str] | None = None) -> int:
         from swapprune.engine import threads
 
         threads.apply()  # before the command imports torch: one place, one decision
+    previous = _terminate_cleanly()
     try:
         return _module(args.command).run(args) or 0
     except SwappruneError as e:
         print(f"swapprune: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(
+            "swapprune: terminated (SIGTERM); partial files removed, finished work kept",
+            file=sys.stderr,
+        )
+        return 143
     except KeyboardInterrupt:
-        print("swapprune: interrupted", file=sys.stderr)
+        print("swapprune: interrupted; partial files removed, finished work kept", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_cleanly():
+    """Turn SIGTERM into an exception, so every cleanup runs (what timeout, systemd, Slurm and
+    Kubernetes send); returns the previous handler (``None`` off the main thread)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated(signum)
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def say_to_stderr(args) -> Callable[[str], None]:

@@ -8,8 +8,10 @@ from swapprune.config import EvalConfig, ModelConfig, RunConfig
 EPILOG = """examples:
   swapprune eval --model pruned/ --output pruned/eval.json
   swapprune eval --model pruned/ --tasks wikitext2_ppl,lambada,piqa --baseline base.json --output e.json
+  swapprune eval --model pruned/ --tasks wikitext2_ppl,wikitext2_ext --output e.json
 wikitext2_ppl is the paper's matched contract (WikiText-2 test, first 5000 words, windows of
-512 tokens, stride 256)."""
+512 tokens, stride 256); wikitext2_ext the extended one (one 512-token window from each of the
+59 later articles, article-clustered CI; about 164 CPU-s per SmolLM2-135M model, one thread)."""
 
 
 def add_arguments(p) -> None:

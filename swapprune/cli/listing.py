@@ -1,4 +1,4 @@
-"""``swapprune list``: the registered names (criteria, policies, strategies, merges, probes, tasks)."""
+"""``swapprune list``: the registered names (criteria, policies, strategies, merges, runtimes, tasks)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ def run(args) -> int:
     from swapprune.edit.merging import MERGES
     from swapprune.engine.orders import PROTOCOLS
     from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
+    from swapprune.model.serving_rules import RUNTIME_VERSIONS, RUNTIMES
     from swapprune.select import criteria
+    from swapprune.select.serve_constraint import NONE
     from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT
     from swapprune.select.strategies import describe as describe_strategies
 
@@ -25,6 +27,10 @@ def run(args) -> int:
         what = what.split(": ", 1)[1] if what.startswith("``") and ": " in what else what
         print(f"  {spec:<16} {what}")
     print("merge rules (--merge): " + ", ".join(MERGES.names()))
+    print("serving runtimes (--serve; the serving view in the model card):")
+    for name, artifact in RUNTIMES.items():
+        print(f"  {name:<18} reads the {artifact} file [rules read from {RUNTIME_VERSIONS[name]}]")
+    print(f"  {NONE:<18} no in-phase constraint")
     print("probes (score --probes): " + ", ".join(PROTOCOLS))
     tasks = sorted(set(NATIVE_TASKS) | {p.stem for p in PACK_DIR.glob("*.yaml")})
     print("evaluation tasks (--tasks): " + ", ".join(tasks))

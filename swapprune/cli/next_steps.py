@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from swapprune.config import EvalConfig, ModelConfig, RunConfig
+from swapprune.config import EvalConfig, ModelConfig, RunConfig, SelectConfig
 from swapprune.config.argv import changed, command_line, default_output, prune_command
+from swapprune.config.fields import default_of
 
 #: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.
 EVAL_TASKS = ["wikitext2_ppl"]
@@ -70,12 +71,19 @@ def prune_after_compare(job, results: dict, scores_path) -> str:
         if m.get("cost_pct") is not None and not label.startswith("random")
     }
     label = min(costs, key=lambda k: costs[k]) if costs else job.compare.criteria[0]
-    criterion, _, patch = label.partition("+")
-    extra = {"scores": str(scores_path)} if scores_path else {}
+    cell, _, patch = label.partition("+")  # a patched cell: CRITERION[@...]+linear
+    from swapprune.config.cells import cell_select
+
+    sel = cell_select(cell.split(":")[0] if cell.startswith("random") else cell)
+    extra: dict = {"scores": str(scores_path)} if scores_path else {}
     if patch:
         extra["patch"] = patch
+    for name in ("strategy", "op", "merge", "auto_shortlist"):  # what the entry's @-parts set
+        value = getattr(sel, name)
+        if value != default_of(SelectConfig, name):
+            extra[name] = value
     run = RunConfig(model=job.run.model, calibration=job.run.calibration)
-    return prune_command(run, entry["budget"], criterion, **extra)
+    return prune_command(run, entry["budget"], sel.protocol, **extra)
 
 
 def prune_after_validate(cfg: RunConfig, result: dict) -> str:
@@ -89,9 +97,9 @@ def prune_after_validate(cfg: RunConfig, result: dict) -> str:
     return prune_command(cfg, small_budget(result["num_layers"]), best)
 
 
-def eval_next(cfg: RunConfig, baseline_given: bool) -> str | None:
+def eval_next(cfg: RunConfig | None, baseline_given: bool) -> str | None:
     """After an evaluation: compare a checkpoint swapprune wrote against its base model."""
-    if baseline_given:
+    if baseline_given or cfg is None:
         return None
     base = _base_of(cfg.model.name)
     if base is None:
@@ -106,3 +114,20 @@ def _base_of(model: str) -> str | None:
         return prov["invocation"]["config"]["model"]["name"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def cheaper_cut(config: RunConfig, plan) -> str | None:
+    """The command to try when a cut costs too much: half the budget; at budget 1 the verified
+    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
+    from swapprune.select.spec import names
+
+    applied = config.prune is None or config.prune.plan is not None
+    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
+    budget = plan.budget or len(plan.removed)
+    if budget > 1:
+        return prune_command(config, budget // 2, protocol)
+    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
+        return prune_command(config, 1, "auto")
+    if config.prune is not None and config.prune.patch == "none":
+        return prune_command(config, 1, None, patch="linear")
+    return None

@@ -85,6 +85,10 @@ def print_prune_summary(res) -> None:
             f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
             f"({sc.get('wall_s', 0):.1f}s)"
         )
+    from swapprune.output.serving_report import summary_lines
+
+    for line in summary_lines(res.metrics, plan):  # the --serve constraint, model.gguf, serving
+        print(line)
     out = res.output
     estimate = (res.metrics.get("estimate") or {}).get("prune")
     if estimate and "seconds" in estimate:
@@ -144,17 +148,28 @@ def print_eval_summary(res, baseline=None, baseline_given: bool = False) -> None
                 change = f"{(m.value / b - 1) * 100:+.1f}%" if b else "n/a"
                 try:
                     names = ("the baseline", "this model")
-                    _, verdict = compare(baseline, result, name, metric, names=names)
+                    verdict = both_sides(compare(baseline, result, name, metric, names=names)[1])
                 except Exception as e:  # units that do not pair (another limit or tokenizer)
                     verdict = f"not paired: {e}"
                 line += f"; vs baseline {b:.4g}: {change} ({verdict})"
             print(line)
     print(f"wrote {res.output}")
-    step = next_steps.eval_next(res.config, baseline_given or baseline is not None)
+    step = next_steps.eval_next(
+        getattr(res, "config", None), baseline_given or baseline is not None
+    )
     if step:
         print(f"next: {step}")
     elif baseline is None:
         print(f"to compare a pruned model against this one: --baseline {_q(res.output)}")
+
+
+def both_sides(verdict) -> str:
+    """A verdict's label with the loser named too: ``"this model better than the baseline"``."""
+    label = verdict.label
+    if verdict.outcome in ("a_better", "b_better"):
+        loser = verdict.b if verdict.outcome == "a_better" else verdict.a
+        label = label.replace(" better", f" better than {loser}", 1)
+    return label
 
 
 def print_run_summary(res) -> None:

@@ -2,7 +2,8 @@
 
 :meth:`RunConfig.check` validates everything that needs no model (names,
 ranges, files, output paths); :meth:`RunConfig.check_model` everything that
-needs only the model's facts (budget vs depth, window length vs context) and
+needs only the model's facts (budget vs depth, window length vs context, a budget
+that the ``--serve`` constraint can meet) and
 returns the frozen selection spec the run hands down. Both run before any
 weights load; neither imports torch or transformers.
 """
@@ -49,7 +50,9 @@ class RunConfig:
     export: ExportConfig | None = opt(None, "write the checkpoint / run directory")
 
     def check(self, study: bool = False) -> RunConfig:
-        """Validate every stage and their combination; touches no model. Returns ``self``.
+        """Validate every stage and their combination; loads no weights. Returns ``self``.
+
+        A run that may write ``model.gguf`` reads the source GGUF's metadata here.
 
         Args:
             study: the configuration of a study (``compare``, ``validate``), which brings
@@ -74,6 +77,10 @@ class RunConfig:
             for p in self.eval.at or ():
                 if p not in ran:
                     raise SwappruneError(f"eval.at names '{p}' but that stage does not run")
+        if self.export is not None:
+            from swapprune.config.gguf_output import gguf_output
+
+            gguf_output(self)  # refuses --gguf on that cannot be met
         stages = (self.score, self.prune, self.heal, self.quantize, self.eval, self.export)
         if not study and not any(stages):
             raise SwappruneError(
@@ -92,9 +99,11 @@ class RunConfig:
         """Checks that need only the model's facts; returns the selection spec (if selecting)."""
         spec = None
         if self.prune is not None and self.prune.plan is None:
+            from swapprune.select.serve_constraint import for_run
             from swapprune.select.spec import build
 
-            spec = build(self.prune, self.calibration, facts.num_layers, self.score is not None)
+            serve = for_run(self, facts)  # --serve: build refuses a budget it cannot meet
+            spec = build(self.prune, self.calibration, facts.num_layers, bool(self.score), serve)
         if self.score is not None and self.score.pairs:
             from swapprune.engine.orders import parse_pairs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swapprune.calibration import defaults
 from swapprune.config.fields import (
     DEVICE,
     DTYPES,
@@ -62,11 +63,11 @@ class CalibrationConfig:
         "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
     )
     prompts: int = opt(
-        64,
+        defaults.PROMPTS,
         "calibration windows; probing in tranches (--adaptive): at most this many, in "
         "tranches of --tranche",
     )
-    tokens: int = opt(128, "tokens per window")
+    tokens: int = opt(defaults.TOKENS, "tokens per window")
     seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
     positions: str = opt(
         "all",
@@ -224,7 +225,9 @@ class EvalConfig:
     """lm-eval tasks on the in-memory model at each point of the run."""
 
     tasks: list[str] = opt(
-        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract",
+        help="task names or aliases (swapprune list); wikitext2_ppl is the matched contract, "
+        "wikitext2_ext the extended one (one window from each later article, article-clustered "
+        "CIs): --tasks wikitext2_ppl,wikitext2_ext reports both",
         factory=lambda: ["wikitext2_ppl"],
     )
     limit: int | None = opt(None, "examples / perplexity windows per task (quick checks only)")
@@ -233,6 +236,11 @@ class EvalConfig:
     )
     max_length: int = opt(
         contract.MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
+    )
+    per_article: int = opt(
+        1,
+        "wikitext2_ext: windows per article (1: 59 windows, about 164 CPU-s per SmolLM2-135M "
+        "model on one thread; 2: twice that)",
     )
     batch_size: int = opt(8, "sequences per forward pass")
     bootstrap: int = opt(N_BOOT, "bootstrap resamples for the CIs")
@@ -251,6 +259,7 @@ class EvalConfig:
             choice("eval.at entry", p, POINTS)
         positive("words", self.words)
         positive("max_length", self.max_length, 2)
+        positive("per_article", self.per_article)
         positive("eval batch_size", self.batch_size)
         positive("limit", self.limit)
         positive("bootstrap", self.bootstrap)
@@ -268,12 +277,21 @@ class CostConfig:
         8, "windows of the matched contract to score (the first N; 0: all of them)"
     )
     threshold: float = opt(0.5, "warn when dPPL exceeds this (0.5 = +50%)")
+    generative: bool = opt(
+        True,
+        "also measure greedy-continuation agreement with the unpruned model (32 LAMBADA "
+        "prompts x 32 tokens; SmolLM2-135M, one CPU thread: about 40 s)",
+    )
 
     def check(self) -> None:
         if self.windows is not None and self.windows != 0 and self.windows < 2:
             raise SwappruneError(f"cost windows must be 0 (all) or >= 2, got {self.windows}")
         if not self.threshold > 0:
             raise SwappruneError(f"cost threshold must be > 0, got {self.threshold}")
+
+
+#: ``--gguf`` settings.
+GGUF_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -287,9 +305,16 @@ class ExportConfig:
     save_dtype: str | None = opt(None, "dtype of the saved weights (default: as loaded)")
     overwrite: bool = opt(False, "replace an output directory that swapprune wrote earlier")
     selfcheck: bool = opt(True, "reload + logits + cached-generation check before the rename")
+    gguf: str = opt(
+        "auto",
+        "also write model.gguf, the kept blocks' tensors copied in the source's quantization: "
+        "auto = when the input is a .gguf and the cut is a plain removal; on; off",
+        metavar="{auto,on,off}",
+    )
 
     def check(self, protect: tuple[str, ...] = ()) -> None:
         from swapprune.output.artifacts import check_output_dir
 
         choice("save_dtype", self.save_dtype, DTYPES)
+        choice("--gguf setting", self.gguf, GGUF_MODES)
         check_output_dir(self.output, self.overwrite, protect=protect)

@@ -45,6 +45,13 @@ class SelectConfig:
         "beam search: seed candidates taken from the criterion (the paper: "
         "top 12 interchange candidates)",
     )
+    auto_shortlist: str = opt(
+        "swap",
+        "auto, both-high: the blocks the verifying beam searches: swap (both protocols' most "
+        "removable), or, as controls that credit the swap probes or not, bi (Block "
+        "Influence's) or random (a seeded draw from the middle half of the stack), both of the "
+        "swap shortlist's size",
+    )
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
     patch: str = opt(
         "none",
@@ -88,6 +95,14 @@ class SelectConfig:
         "warn when the chosen set comes out in fewer bootstrap "
         "resamples of the calibration windows than this",
     )
+    serve: list[str] | None = opt(
+        None,
+        "only cuts these serving runtimes give every kept layer its own attention type "
+        "(swapprune list): e.g. llama.cpp,transformers-gguf, or none; default: "
+        "llama.cpp,transformers-gguf while a GGUF is written, where they derive the types "
+        "from the layer index; overrides the strategy's own rule (e.g. no two adjacent)",
+        metavar="RUNTIME,...",
+    )
     plan: str | None = opt(None, "apply this plan.json instead of selecting", cli=False)
 
     def check(self, calibration: CalibrationConfig | None = None) -> None:
@@ -113,6 +128,12 @@ class SelectConfig:
             raise SwappruneError(
                 f"certify_delta must be >= 0 dPPL points, got {self.certify_delta}"
             )
+        choice("auto_shortlist", self.auto_shortlist, AUTO_SHORTLISTS)
+        if self.auto_shortlist != "swap" and self.protocol != "auto":
+            raise SwappruneError(
+                f"auto_shortlist {self.auto_shortlist} is a setting of --protocol auto, "
+                f"not of '{self.protocol}'"
+            )
         choice("patch", self.patch, PATCHES)
         if self.patch != "none":
             if self.op == "merge":
@@ -124,6 +145,13 @@ class SelectConfig:
             positive("patch_tokens", self.patch_tokens, 2)
             if not self.patch_ridge > 0:
                 raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
+        from swapprune.select.serve_constraint import NONE, check_names
+
+        check_names(self.serve)
+        if self.op == "merge" and self.serve not in (None, [NONE]):
+            raise SwappruneError(
+                "--serve keeps a removal in phase; it does not combine with --op merge"
+            )
         positive("heldout_prompts", self.heldout_prompts, 2)
         positive("heldout_tokens", self.heldout_tokens, 2)
         check_text_file("heldout_calib", self.heldout_calib)
@@ -133,6 +161,8 @@ class SelectConfig:
             )
 
 
+#: Where ``auto``'s both-high beam takes its shortlist from (:mod:`swapprune.select.auto`).
+AUTO_SHORTLISTS = ("swap", "bi", "random")
 #: Patch kinds (``--patch``).
 PATCHES = ("none", "linear")
 #: Tokens per held-out window unless the model's context is shorter.

@@ -7,13 +7,17 @@ stage functions.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from swapprune.config.fields import opt, positive
+from swapprune.config.fields import choice, opt, positive
 from swapprune.errors import SwappruneError
 from swapprune.stats import N_BOOT
+
+#: Units of ``CompareConfig.margin`` (see :class:`swapprune.stats.verdicts.Margin`).
+MARGIN_UNITS = ("points", "metric")
 
 #: Criteria ``swapprune validate`` checks unless told otherwise.
 VALIDITY_CRITERIA = (
@@ -36,7 +40,11 @@ class CompareConfig:
 
     budgets: list[int] = opt(help="budgets to compare", factory=lambda: [1, 3, 5])
     criteria: list[str] = opt(
-        help="criteria to compare (swapprune list), e.g. interchange,replacement,bi,sleb,random",
+        help="cells to compare: criteria (swapprune list), e.g. interchange,replacement,bi,sleb,"
+        "random; CRITERION@STRATEGY runs one with another strategy (interchange@ranked, "
+        "bi@greedy), CRITERION@merge:RULE merges instead of removing (interchange@merge:laco), "
+        "auto@shortlist:bi or auto@shortlist:random runs auto's both-high beam over a control "
+        "shortlist; each cell is labelled as written",
         factory=lambda: ["interchange", "replacement"],
     )
     strategy: str | None = opt(
@@ -49,6 +57,21 @@ class CompareConfig:
         help="patch kinds each cut is also measured with (its own cells, criterion+kind): "
         "none, linear; a cut that removes block 0 gets no patched cell (--protect-first 1)",
         factory=lambda: ["none"],
+    )
+    margin: float = opt(
+        2.0,
+        "equivalence margin m of every verdict: two cuts whose difference is within +-m by both "
+        "one-sided tests (TOST, a 90% CI inside +-m) are 'tie (equivalent within +-m)'",
+    )
+    margin_unit: str = opt(
+        "points",
+        "unit of --margin: points (percentage points of the unpruned model's value: dPPL points "
+        "for perplexity) or metric (the metric's own units)",
+    )
+    generative: bool = opt(
+        True,
+        "greedy-continuation agreement with the unpruned model for every cell (32 LAMBADA "
+        "prompts x 32 tokens; SmolLM2-135M, one CPU thread: 27 s once, then about 10 s a cell)",
     )
     pairs: str = opt("adjacent", "pairs to probe")
     scores: str | None = opt(None, "reuse a scores.json instead of probing")
@@ -65,10 +88,15 @@ class CompareConfig:
             raise SwappruneError("budgets must be positive integers, e.g. 1,3,5")
         if not self.criteria:
             raise SwappruneError("give at least one criterion to compare")
-        if "random" in self.criteria and not self.random_seeds:
+        if any(c.split("@")[0] == "random" for c in self.criteria) and not self.random_seeds:
             raise SwappruneError("the random baseline needs at least one seed")
+        choice("margin_unit", self.margin_unit, MARGIN_UNITS)
+        if not (math.isfinite(self.margin) and self.margin > 0):
+            raise SwappruneError(f"the equivalence margin must be > 0, got {self.margin}")
+        from swapprune.config.cells import cell_select
+
         for c in self.criteria:
-            SelectConfig(budget=1, protocol=c, strategy=self.strategy).check()
+            cell_select(c, self.strategy).check()
         for kind in self.patches:
             SelectConfig(budget=1, patch=kind).check()
         if self.scores is not None and not Path(self.scores).is_file():

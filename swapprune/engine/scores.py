@@ -144,7 +144,9 @@ class ScoreResult:
             "pairs": pair_rows,
             "deletion": deletion_rows,
         }
-        out["summary"] = summarize(pair_rows, self.pairs, idx, self.meta.get("positions"))
+        out["summary"] = summarize(
+            pair_rows, self.pairs, idx, self.meta.get("positions"), self.deletion
+        )
         return out
 
     @staticmethod
@@ -193,24 +195,46 @@ class ScoreResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> ScoreResult:
-        if data.get("schema") != SCHEMA:
-            raise SwappruneError(f"not a swapprune scores file (schema {data.get('schema')!r})")
+        """Read the JSON form back; anything malformed is a one-line :class:`SwappruneError`."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            schema = data.get("schema") if isinstance(data, dict) else None
+            raise SwappruneError(f"not a swapprune scores file (schema {schema!r})")
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            what = f"missing {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+            raise SwappruneError(f"malformed scores file: {what}") from None
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> ScoreResult:
         meta = {
             k: v
             for k, v in data.items()
             if k not in ("schema", "pairs", "deletion", "summary", "bootstrap", "kl")
         }
-        res = cls(meta=meta, n_boot=data["bootstrap"]["resamples"], seed=data["bootstrap"]["seed"])
+        layers = _index(meta.get("num_layers"), "num_layers", 1, None)
+        boot = data["bootstrap"]
+        n_boot = _index(boot["resamples"], "bootstrap resamples", 1, None)
+        res = cls(meta=meta, n_boot=n_boot, seed=_index(boot["seed"], "bootstrap seed", 0, None))
         for row in data["pairs"]:
+            i, j = (_index(row[k], f"pair {k}", 0, layers - 1) for k in ("i", "j"))
+            if not i < j:
+                raise ValueError(f"pair {i}-{j} is not i < j")
             v = {}
             if "replacement" in row:
                 a, b = row["replacement"]["per_window"]
                 v["repl_ij"], v["repl_ji"] = _array(a), _array(b)
             if "interchange" in row:
                 v["inter"] = _array(row["interchange"]["per_window"])
-            res.pairs[(row["i"], row["j"])] = v
+            res.pairs[(i, j)] = v
         for row in data.get("deletion", []):
-            res.deletion[row["layer"]] = _array(row["per_window"])
+            res.deletion[_index(row["layer"], "deletion layer", 0, layers - 1)] = _array(
+                row["per_window"]
+            )
+        lengths = {len(x) for v in res.pairs.values() for x in v.values()}
+        lengths |= {len(x) for x in res.deletion.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"per-window values of different lengths {sorted(lengths)}")
         return res
 
     @classmethod
@@ -223,12 +247,31 @@ class ScoreResult:
 
 
 def _array(values: list) -> np.ndarray:
-    """Per-window values from JSON (``null`` -> ``nan``)."""
+    """Per-window values from JSON (``null`` -> ``nan``); anything else than numbers is refused."""
+    if not isinstance(values, list):
+        raise ValueError(f"per-window values must be a list, got {type(values).__name__}")
+    for v in values:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"per-window value {v!r} is not a number")
     return np.asarray([np.nan if v is None else v for v in values], dtype=float)
 
 
-def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) -> dict:
-    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.select.regime`)."""
+def _index(value, what: str, low: int, high: int | None) -> int:
+    """An integer in ``[low, high]`` from JSON, or a ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{what} {value} is out of range")
+    return value
+
+
+def summarize(
+    rows: list[dict], pairs: dict, idx, positions: str | None = None, deletion=None
+) -> dict:
+    """Gap-stratified protocol gap, rank CIs, and the regime call (:mod:`swapprune.select.regime`).
+
+    With ``deletion`` (``block -> kl[N]``) the call carries its relative band too.
+    """
     both = [r for r in rows if "replacement" in r and "interchange" in r]
     summary: dict = {}
     if both:
@@ -259,7 +302,7 @@ def summarize(rows: list[dict], pairs: dict, idx, positions: str | None = None) 
                 }
             )
         summary["by_gap"] = by_gap
-        summary["regime"] = regime(pairs, idx, positions)
+        summary["regime"] = regime(pairs, idx, positions, deletion or None)
     if rows and idx is not None:
         summary["ranking"] = _rank_ci(rows, pairs, idx)
     return summary

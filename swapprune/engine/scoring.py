@@ -98,8 +98,8 @@ def score_modes(
     modes: Sequence[str] = ("last", "all"),
     calibration: Calibration | torch.Tensor | None = None,
     calib: str | None = None,
-    prompts: int = 64,
-    tokens: int = 128,
+    prompts: int | None = None,
+    tokens: int | None = None,
     seed: int = 0,
     protocols: Sequence[str] | str = PAIR_PROTOCOLS,
     pairs: str | Sequence[tuple[int, int]] = "adjacent",
@@ -121,7 +121,8 @@ def score_modes(
         modes: positions modes to measure (``last``, ``all``).
         calibration: precomputed windows (a :class:`Calibration` or ``[N, T]`` ids).
         calib, prompts, tokens, seed: calibration source and size (see
-            :func:`swapprune.calibration.windows.load_calibration`).
+            :func:`swapprune.calibration.windows.load_calibration`; ``None``:
+            :class:`~swapprune.config.CalibrationConfig`'s defaults).
         protocols: any of ``replacement``, ``interchange``, ``deletion``.
         pairs: ``adjacent`` | ``all`` | ``gap:K`` | ``"3-4,7-9"`` or explicit pairs.
         batch_size: windows per forward pass.
@@ -132,6 +133,53 @@ def score_modes(
         progress: show a progress bar with an ETA.
         shard: ``(rank, world)``: probe only this rank's share of the units.
     """
+    kwargs: dict[str, Any] = dict(
+        modes=modes,
+        calibration=calibration,
+        calib=calib,
+        prompts=prompts,
+        tokens=tokens,
+        seed=seed,
+        protocols=protocols,
+        pairs=pairs,
+        batch_size=batch_size,
+        cache_gb=cache_gb,
+        n_boot=n_boot,
+        out=out,
+        model_id=model_id,
+        progress=progress,
+        shard=shard,
+    )
+    if out is None or shard[1] != 1:
+        return _score_modes(model, tokenizer, **kwargs)
+    from swapprune.output.placement import sole_writer
+
+    # One run at a time on a file it resumes and rewrites for a long time.
+    with sole_writer(Path(out).expanduser().absolute()):
+        return _score_modes(model, tokenizer, **kwargs)
+
+
+def _score_modes(
+    model: torch.nn.Module,
+    tokenizer=None,
+    *,
+    modes: Sequence[str] = ("last", "all"),
+    calibration: Calibration | torch.Tensor | None = None,
+    calib: str | None = None,
+    prompts: int | None = None,
+    tokens: int | None = None,
+    seed: int = 0,
+    protocols: Sequence[str] | str = PAIR_PROTOCOLS,
+    pairs: str | Sequence[tuple[int, int]] = "adjacent",
+    batch_size: int = 8,
+    cache_gb: float = 4.0,
+    n_boot: int = N_BOOT,
+    out: str | os.PathLike | None = None,
+    model_id: str | None = None,
+    progress: bool = True,
+    shard: tuple[int, int] = (0, 1),
+) -> dict[str, ScoreResult]:
+    """The body of :func:`score_modes`."""
     # parse_protocols takes str | list[str]; a list of the same names parses identically.
     protocols = parse_protocols(protocols if isinstance(protocols, str) else list(protocols))
     modes = tuple(modes)
@@ -257,9 +305,17 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
+    from swapprune.calibration import defaults
     from swapprune.model.arch import context_length
 
-    return load_calibration(tokenizer, calib, prompts, tokens, seed, context_length(model.config))
+    return load_calibration(
+        tokenizer,
+        calib,
+        prompts or defaults.PROMPTS,
+        tokens or defaults.TOKENS,
+        seed,
+        context_length(model.config),
+    )
 
 
 def _units(result: ScoreResult, pair_list: list[tuple[int, int]], num_layers: int) -> list[Unit]:

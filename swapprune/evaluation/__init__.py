@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR, resolve_tasks
 
 if TYPE_CHECKING:
-    from swapprune.evaluation.results import EvalResult, Metric, TaskResult, compare
+    from swapprune.evaluation.pairing import compare
+    from swapprune.evaluation.results import EvalResult, Metric, TaskResult
     from swapprune.evaluation.suite import evaluate
 
 _LAZY = {
@@ -35,7 +36,7 @@ _LAZY = {
     "EvalResult": "swapprune.evaluation.results",
     "Metric": "swapprune.evaluation.results",
     "TaskResult": "swapprune.evaluation.results",
-    "compare": "swapprune.evaluation.results",
+    "compare": "swapprune.evaluation.pairing",
 }
 
 __all__ = [

@@ -11,7 +11,9 @@ columns of equal length aligned with ``unit_ids``:
   ``acc_norm``); LAMBADA adds ``loglikelihood`` of the target word.
 
 A :class:`Metric` names the columns and the bootstrap statistic that turn those
-units into its value, so a paired comparison of two runs needs nothing else.
+units into its value, so a paired comparison of two runs needs nothing else
+(:mod:`swapprune.evaluation.pairing`). ``swapprune_wikitext2_ext`` adds an
+``article`` column: its comparisons resample articles.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from swapprune.errors import SwappruneError
-from swapprune.stats import bootstrap
 
 
 @dataclass
@@ -107,58 +108,3 @@ class EvalResult:
             metrics = {k: Metric(**m) for k, m in t.pop("metrics").items()}
             tasks[name] = TaskResult(metrics=metrics, **t)
         return cls(tasks=tasks, config=data.get("config", {}))
-
-
-def compare(
-    a: EvalResult,
-    b: EvalResult,
-    task: str,
-    metric: str | None = None,
-    n_boot: int = bootstrap.N_BOOT,
-    seed: int = bootstrap.SEED,
-    names: tuple[str, str] | None = None,
-) -> tuple[bootstrap.PairedComparison, str]:
-    """Paired bootstrap of run ``b`` against run ``a`` on one task metric.
-
-    Args:
-        a: Baseline run.
-        b: Other run, on the same units (same tokenizer, task and limit).
-        task: Task name (aliases are not resolved here).
-        metric: Metric name; the task's first metric if None.
-        n_boot: Number of resamples.
-        seed: Seed of the resampling generator.
-        names: What ``a`` and ``b`` are: a verdict that is not a tie then names both
-            sides (``"base better than pruned by 1.2x"``).
-
-    Returns:
-        The comparison and its verdict (``"tie"`` or ``"b better by 1.2x"``).
-
-    Raises:
-        SwappruneError: If the task is missing or the units do not pair up.
-    """
-    for run, label in ((a, "a"), (b, "b")):
-        if task not in run.tasks:
-            raise SwappruneError(f"task '{task}' missing from run {label}")
-    ta, tb = a.tasks[task], b.tasks[task]
-    metric = metric or next(iter(ta.metrics))
-    if ta.unit_ids != tb.unit_ids:
-        raise SwappruneError(f"runs of '{task}' cover different units; cannot pair them")
-    cols = ta.metrics[metric].units
-    # Window token counts must agree too, or the two runs tokenised differently.
-    for c in ("tokens", "words", "bytes"):
-        if c in cols and ta.units[c] != tb.units[c]:
-            raise SwappruneError(f"runs of '{task}' differ in per-unit {c}; cannot pair them")
-    m = ta.metrics[metric]
-    if m.statistic is None:
-        raise SwappruneError(f"'{task}' {metric} cannot be recomputed from its units; no pairing")
-    cmp = bootstrap.paired_difference(
-        ta.matrix(metric), tb.matrix(metric), m.statistic, n_boot=n_boot, seed=seed
-    )
-    if names is None:
-        return cmp, bootstrap.verdict(cmp, m.higher_is_better)
-    text = bootstrap.verdict(cmp, m.higher_is_better, names)
-    if text == "tie":
-        return cmp, text
-    winner, factor = text.split(" better by ")
-    loser = names[1] if winner == names[0] else names[0]
-    return cmp, f"{winner} better than {loser} by {factor}"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 from swapprune.evaluation import contract
-from swapprune.evaluation.extended import run_wikitext2_extended
+from swapprune.evaluation.extended import PER_ARTICLE, run_wikitext2_extended
 from swapprune.evaluation.harness import run_harness
 from swapprune.evaluation.names import (
     EXTENDED_PPL,
@@ -58,6 +58,7 @@ def evaluate(
     max_length: int = contract.MAX_LENGTH,
     batch_size: int = 8,
     n_boot: int = bootstrap.N_BOOT,
+    per_article: int = PER_ARTICLE,
 ) -> EvalResult:
     """Evaluate ``model`` on ``tasks`` through lm-eval's ``HFLM``.
 
@@ -77,6 +78,7 @@ def evaluate(
             lm-eval's truncation length for every other task.
         batch_size: Sequences per forward pass.
         n_boot: Bootstrap resamples for every CI.
+        per_article: Windows per article of ``swapprune_wikitext2_ext``.
 
     Returns:
         Metrics with 95% CIs and the per-unit values behind them.
@@ -106,7 +108,13 @@ def evaluate(
         if EXTENDED_PPL in names:
             # Skips exactly the words the matched contract scores, so the two never overlap.
             done[EXTENDED_PPL] = run_wikitext2_extended(
-                lm, tokenizer, skip_words=words, max_length=max_length, limit=limit, n_boot=n_boot
+                lm,
+                tokenizer,
+                skip_words=words,
+                max_length=max_length,
+                per_article=per_article,
+                limit=limit,
+                n_boot=n_boot,
             )
     # Report in the order asked; the leaves of tags and groups follow, in lm-eval order.
     ordered = {n: done.pop(n) for n in names if n in done}
@@ -120,6 +128,7 @@ def evaluate(
             "max_length": max_length,
             "batch_size": batch_size,
             "n_boot": n_boot,
+            "per_article": per_article if EXTENDED_PPL in names else None,
             "ci_level": bootstrap.LEVEL,
             "wall_s": time.perf_counter() - start,
             "lm_eval_version": _version("lm_eval"),

@@ -73,9 +73,10 @@ CALIBRATION_FIELDS = (
     "target_frequency",
     "tranche",
 )
-#: SelectConfig fields a modifier has no use for: it applies no saved plan, and it scores
-#: inside oneshot (``modifier.scores`` holds what it measured).
-SKIPPED = ("plan", "scores")
+#: SelectConfig fields a modifier has no use for: it applies no saved plan, it scores
+#: inside oneshot (``modifier.scores`` holds what it measured), and it writes no GGUF, which
+#: is what the in-phase constraint (``serve``) is for.
+SKIPPED = ("plan", "scores", "serve")
 #: Fields whose default the modifier reads from oneshot's data instead (None = follow it).
 FROM_DATA = ("prompts", "tokens")
 

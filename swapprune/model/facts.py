@@ -12,7 +12,8 @@ checks then run on the loaded model.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ class ModelFacts:
         context_length: longest input in tokens, or ``None`` when the config has none.
         hidden_size: width of the residual stream, or ``None``.
         layer_types: per-block attention type when the config lists them.
+        config: the (text) config as a plain dict, or the GGUF header's scalar metadata:
+            what the serving runtimes' rules read beyond these facts (a window, a
+            per-layer list, ``general.architecture`` for a GGUF).
     """
 
     model_type: str
@@ -37,6 +41,7 @@ class ModelFacts:
     context_length: int | None = None
     hidden_size: int | None = None
     layer_types: tuple[str, ...] | None = None
+    config: Mapping[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
     @classmethod
     def from_config(cls, config: Any) -> ModelFacts:
@@ -49,13 +54,26 @@ class ModelFacts:
             context_length=arch.context_length(config),
             hidden_size=arch.get(config, "hidden_size") or arch.get(config, "n_embd"),
             layer_types=tuple(types) if types else None,
+            config=_as_dict(config),
         )
 
     def with_layers(self, num_layers: int) -> ModelFacts:
         """The same facts with another depth (a config whose count disagrees with its modules)."""
         return ModelFacts(
-            self.model_type, num_layers, self.context_length, self.hidden_size, self.layer_types
+            self.model_type,
+            num_layers,
+            self.context_length,
+            self.hidden_size,
+            self.layer_types,
+            self.config,
         )
+
+
+def _as_dict(config: Any) -> dict[str, Any] | None:
+    if isinstance(config, Mapping):
+        return dict(config)
+    to_dict = getattr(config, "to_dict", None)
+    return to_dict() if callable(to_dict) else None
 
 
 def from_json_file(path: str | Path) -> ModelFacts:
@@ -91,6 +109,7 @@ def from_gguf_header(path: str | Path) -> ModelFacts:
         num_layers=count,
         context_length=ctx if isinstance(ctx, int) and ctx > 0 else None,
         hidden_size=hidden if isinstance(hidden, int) else None,
+        config=fields,
     )
 
 

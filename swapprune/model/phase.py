@@ -126,7 +126,7 @@ def _as_list(rules: Rules) -> list[PhaseRule]:
     return [rules] if isinstance(rules, PhaseRule) else list(rules)
 
 
-def _targets(rules: Rules, m: int) -> list[list[str]] | None:
+def kept_targets(rules: Rules, m: int) -> list[list[str]] | None:
     """Kept-type sequences of length ``m`` every rule accepts; ``None`` when any sequence is.
 
     One target per index rule; a runtime refusing mixed types accepts two (all
@@ -163,7 +163,7 @@ def in_phase(types: Sequence[str], removed: Iterable[int], rule: Rules) -> bool:
     """
     gone = set(removed)
     kept = [t for i, t in enumerate(types) if i not in gone]
-    targets = _targets(rule, len(kept))
+    targets = kept_targets(rule, len(kept))
     return targets is None or any(kept == t for t in targets)
 
 
@@ -196,7 +196,7 @@ def count_in_phase(
     n, keep = len(types), frozenset(protected)
     if not 0 <= budget <= n - len(keep):
         return 0
-    targets = _targets(rule, n - budget)
+    targets = kept_targets(rule, n - budget)
     if targets is None:
         return comb(n - len(keep), budget)
     return sum(_suffix_counts(types, t, keep)[0][0] for t in targets)
@@ -217,7 +217,7 @@ def eligible_removals(
     n, keep = len(types), frozenset(protected)
     if not 0 <= budget <= n - len(keep):
         return
-    targets = _targets(rule, n - budget)
+    targets = kept_targets(rule, n - budget)
     if targets is None:
         free = [i for i in range(n) if i not in keep]
         for count, gone in enumerate(combinations(free, budget)):
@@ -262,7 +262,7 @@ def describe_eligible(
     """One line: how many removal sets of ``budget`` are eligible, with a few examples."""
     keep = tuple(protected)
     total = count_in_phase(types, budget, rule, keep)
-    if _targets(rule, len(types) - budget) is None:
+    if kept_targets(rule, len(types) - budget) is None:
         return f"{_describe(rule)}: all {total} removal sets of {budget} are eligible"
     examples = [list(s) for s in eligible_removals(types, budget, rule, keep, limit=show)]
     more = f", e.g. {', '.join(map(str, examples))}" if examples else ""

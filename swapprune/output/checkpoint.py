@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,10 @@ def save_checkpoint(
         SwappruneError: bad ``out_dir`` (nothing written), or
         SelfCheckError: the reloaded checkpoint differs (nothing left in place).
     """
+    from swapprune.output.placement import output_state
+
     out = check_output_dir(out_dir, overwrite)
-    with staging_dir(out) as tmp:
+    with staging_dir(out, overwrite=overwrite, expected=output_state(out)) as tmp:
         return write_checkpoint(model, tokenizer, plan, tmp, **kwargs)
 
 
@@ -87,6 +90,7 @@ def write_checkpoint(
     check_ids: torch.Tensor | None = None,
     card_extra: list[str] | None = None,
     record: dict[str, Any] | None = None,
+    card_from_files: Callable[[Path], list[str]] | None = None,
 ) -> dict[str, Any]:
     """Write the checkpoint files into the existing (staging) ``directory`` and self-check them.
 
@@ -106,6 +110,9 @@ def write_checkpoint(
             sample of the vocabulary when ``None``.
         card_extra: markdown lines added to the model card (e.g. the measured cost).
         record: further top-level fields of ``provenance.json``.
+        card_from_files: more card lines, computed from ``directory`` once the weights,
+            ``config.json`` and the tokenizer are written (the serving view reads the
+            saved ``config.json``).
 
     Returns:
         The self-check results.
@@ -134,7 +141,8 @@ def write_checkpoint(
         save_tokenizer(tokenizer, tmp)
     plan.to_json(tmp / "plan.json")
     (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))
-    (tmp / "README.md").write_text(model_card(plan, base_model_id, card_extra))
+    extra = [*(card_extra or []), *(card_from_files(tmp) if card_from_files else [])]
+    (tmp / "README.md").write_text(model_card(plan, base_model_id, extra))
     if selfcheck:
         results = _selfcheck(tmp, model, check_ids, reference, model_dtype)
     else:

@@ -148,7 +148,8 @@ def gguf_metadata(reader: Any, *, tokenizer: bool = False) -> dict[str, Any]:
     return out
 
 
-def _arch_and_count(reader: Any, path: Path) -> tuple[str, int]:
+def prunable(reader: Any, path: Path) -> tuple[str, int]:
+    """``(arch, block_count)`` of an open GGUF the writer can prune; one-line error otherwise."""
     arch_field = reader.fields.get("general.architecture")
     if arch_field is None:
         raise SwappruneError(f"{path} has no general.architecture key; not a model GGUF")
@@ -174,7 +175,7 @@ def check_source(path: str | os.PathLike) -> tuple[str, int]:
 
     For validating a ``--gguf`` request before the model loads.
     """
-    return _arch_and_count(read_gguf(path), Path(path))
+    return prunable(read_gguf(path), Path(path))
 
 
 def refuse_merge(plan: PrunePlan) -> None:
@@ -238,7 +239,7 @@ def write_pruned_gguf(
         raise SwappruneError(f"GGUF output {dst} is a directory")
     refuse_merge(plan)
     reader = read_gguf(src)
-    arch, old_n = _arch_and_count(reader, src)
+    arch, old_n = prunable(reader, src)
     if plan.num_layers != old_n:
         raise SwappruneError(f"plan is for {plan.num_layers} blocks but {src} has {old_n}")
     if sliding_layers is not None and len(sliding_layers) != len(plan.kept):

@@ -6,8 +6,8 @@ The paper's decision rule (:mod:`swapprune.select.regime`) turned into an action
 regime         action
 =============  ==============================================================
 divergent      interchange-guided selection (the criterion's own strategy)
-tie-like       either protocol: interchange-guided, and the record says they
-               tie and whether the two protocols' selections agree
+tie-like       either protocol: interchange-guided, and the record says the
+               regime is tie-like and whether the two protocols' selections agree
 both-high      swap scores alone are weak: shortlist the most removable blocks
                of *both* protocols and search them with a beam scored by the
                perplexity of the pruned model on held-out windows (never the
@@ -18,7 +18,15 @@ both-high      swap scores alone are weak: shortlist the most removable blocks
 =============  ==============================================================
 
 Default shortlist: the ``max(SHORTLIST, budget + 2)`` most removable blocks of
-each protocol, merged. Default cap on oracle calls: half of what SLEB-iterative
+each protocol, merged. Two controls (``SelectConfig.auto_shortlist``) run the same
+beam, cap and held-out windows over another shortlist of the same size, so that
+a study can tell what the swap probes contribute to the both-high action: ``bi``,
+the blocks with the lowest Block Influence on the calibration windows (ShortGPT's
+ranking), and ``random``, a draw seeded by the calibration seed from the
+middle half of the stack (blocks ``L/4 .. 3L/4``, where every criterion's
+shortlist tends to fall), widened to all candidates if that is too few. If the
+beam over a control does as well as the beam over the swap shortlist, the
+verification, not the probes, is doing the work. Default cap on oracle calls: half of what SLEB-iterative
 spends at the same budget (``n C - n (n - 1) / 2`` calls for ``C`` candidate
 blocks), so the verified selection stays cheaper than the baseline it has to
 beat. The beam allows adjacent removals (the oracle judges the joint set).
@@ -51,7 +59,7 @@ SHORTLIST = 6
 WIDTH = 3
 ACTIONS = {
     "divergent": "interchange-guided selection",
-    "tie-like": "either protocol (they tie): interchange-guided selection",
+    "tie-like": "either protocol (tie-like regime): interchange-guided selection",
     "both-high": "verify on the pruned model: beam over the shortlist of both protocols",
 }
 
@@ -178,7 +186,15 @@ def select_auto(
             decision["action"] += " (not run: no held-out windows to verify on)"
         else:
             found = _verify(
-                model, spec, scores, heldout, shortlist_size, width, max_calls, decision
+                model,
+                spec,
+                scores,
+                heldout,
+                shortlist_size,
+                width,
+                max_calls,
+                decision,
+                calibration,
             )
             verified = [found]
     if spec.certify and heldout is not None:
@@ -195,13 +211,16 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     """Interchange's choice, certified against both protocols' plausible sets and the beam's."""
     from swapprune.plan import PrunePlan
     from swapprune.select.certificate import plausible_sets
-    from swapprune.select.certify import certify_sets, pooled_counts
+    from swapprune.select.certify import certify_sets, eligible, pooled_counts
 
     counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
+    ok = eligible(spec) or (lambda _s: True)  # the in-phase constraint (--serve)
     # The beam's set and replacement's choice first, then the bootstrap's, within the cap.
-    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed]
+    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed and ok(s)]
     room = max(1, spec.certify_sets - len({tuple(s) for s in first}))
-    sets, _ = plausible_sets(plan.removed, counts, spec.certify_floor, room)
+    sets, _ = plausible_sets(
+        plan.removed, counts, spec.certify_floor, room, eligible=eligible(spec)
+    )
     for s in first:
         if tuple(s) not in sets:
             sets.insert(1, tuple(s))
@@ -226,22 +245,12 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     return plan
 
 
-def _verify(model, spec, scores, heldout, shortlist_size, width, max_calls, decision):
-    """The both-high search: a beam over both protocols' shortlist, on held-out windows."""
+def _verify(
+    model, spec, scores, heldout, shortlist_size, width, max_calls, decision, calibration=None
+):
+    """The both-high search: a beam over a shortlist (the swap one, or a control), held out."""
     cons = spec.constraints
-    L = cons.num_layers
-    ctx = criteria_mod.Context(num_layers=L, scores=scores, seed=spec.seed)
-    imps = [criteria_mod.get(p).importance(ctx) for p in criteria_mod.SWAP]
-    short = shortlist(imps, spec.budget, cons, shortlist_size)
-    # most removable first (by the better of the two ranks), for completion after a cap
-    rank = {
-        b: min(
-            sorted(cons.candidates(), key=lambda c, i=imp: (float(i[c]), c)).index(b)
-            for imp in imps
-        )
-        for b in short
-    }
-    short = sorted(short, key=lambda b: (rank[b], b))
+    short = _shortlist(model, spec, scores, shortlist_size, calibration)
     cap = max_calls or min(default_cap(spec.budget, cons), spec.max_oracle_calls)
     oracle = heldout.oracle(model, "verify", spec.batch_size)
     chosen, notes = beam_over(short, spec.budget, oracle.cost, width, cap)
@@ -249,6 +258,7 @@ def _verify(model, spec, scores, heldout, shortlist_size, width, max_calls, deci
     decision.update(
         {
             "shortlist": sorted(short),
+            "shortlist_source": spec.auto_shortlist,
             "verified": chosen,
             "oracle_calls": oracle.calls,
             "oracle_metric": "ppl",
@@ -261,19 +271,55 @@ def _verify(model, spec, scores, heldout, shortlist_size, width, max_calls, deci
     return chosen
 
 
+def _shortlist(model, spec, scores, size, calibration) -> list[int]:
+    """The beam's candidates, most removable first (the order completes a capped beam)."""
+    cons = spec.constraints
+    ctx = criteria_mod.Context(num_layers=cons.num_layers, scores=scores, seed=spec.seed)
+    imps = [criteria_mod.get(p).importance(ctx) for p in criteria_mod.SWAP]
+    short = shortlist(imps, spec.budget, cons, size)
+    candidates = cons.candidates()
+
+    def ranked(imp) -> list[int]:
+        return sorted(candidates, key=lambda c: (float(imp[c]), c))
+
+    if spec.auto_shortlist == "bi":
+        if calibration is None:
+            raise SwappruneError("auto_shortlist bi needs the calibration windows")
+        from swapprune.engine.oracle import CalibrationOracle
+
+        ctx.oracle = CalibrationOracle(model, calibration.input_ids, spec.batch_size)
+        return ranked(criteria_mod.get("bi").importance(ctx))[: len(short)]
+    if spec.auto_shortlist == "random":
+        return random_midstack(candidates, cons.num_layers, len(short), spec.seed)
+    # by the better of the two protocols' ranks
+    orders = [ranked(imp) for imp in imps]
+    rank = {b: min(o.index(b) for o in orders) for b in short}
+    return sorted(short, key=lambda b: (rank[b], b))
+
+
+def random_midstack(candidates: Sequence[int], num_layers: int, size: int, seed: int) -> list[int]:
+    """``size`` candidates drawn (seeded) from blocks ``L/4 .. 3L/4``, or from all if too few."""
+    mid = [b for b in candidates if num_layers / 4 <= b < 3 * num_layers / 4]
+    pool = mid if len(mid) >= size else list(candidates)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 29]))
+    return [int(b) for b in rng.permutation(pool)[:size]]
+
+
 def decision_lines(decision: dict) -> list[str]:
     """What the run summary prints for an ``auto`` selection."""
     lines = [summary_line(decision["regime"]), f"action: {decision['action']}"]
     sel = decision["selections"]
     if decision["regime"]["call"] == "tie-like":
         lines.append(
-            f"the protocols tie: interchange {sel['interchange']}, replacement "
+            f"tie-like regime: interchange {sel['interchange']}, replacement "
             f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)"
         )
     if decision["regime"]["call"] == "both-high" and "beam" in decision:
         b = decision["beam"]
+        source = decision.get("shortlist_source", "swap")
+        what = "shortlist" if source == "swap" else f"control shortlist ({source})"
         lines.append(
-            f"beam on held-out windows found {decision['verified']} from shortlist "
+            f"beam on held-out windows found {decision['verified']} from {what} "
             f"{decision['shortlist']} with {decision['oracle_calls']} oracle calls (cap "
             f"{b['cap']}{', reached' if b['capped'] else ''}; SLEB-iterative would use "
             f"{decision['sleb_iterative_calls']}); kept {decision['chosen']}"

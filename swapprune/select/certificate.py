@@ -28,7 +28,7 @@ wander in (0, 1) for ever.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ def plausible_sets(
     floor: float = FLOOR,
     max_sets: int = MAX_SETS,
     extra: Sequence[Sequence[int]] = (),
+    eligible: Callable[[Removal], bool] | None = None,
 ) -> tuple[list[Removal], float | None]:
     """``A`` (chosen first) and the bootstrap mass outside it.
 
@@ -65,6 +66,8 @@ def plausible_sets(
         max_sets: cap on ``|A|``, ``S0`` included.
         extra: further sets to include after the bootstrap's (another protocol's
             choice, a verified set), in order, within the cap.
+        eligible: only sets it accepts are plausible, ``chosen`` apart (the in-phase
+            constraint: :meth:`swapprune.select.serve_constraint.ServeConstraint.in_phase`).
 
     Returns:
         ``(A, mass_outside)``; ``mass_outside`` is ``None`` without counts.
@@ -72,16 +75,17 @@ def plausible_sets(
     s0 = tuple(sorted(chosen))
     out = [s0]
     mass = None
+    ok = eligible or (lambda _s: True)
     if counts:
         total = sum(counts.values())
         for s, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
             s = tuple(sorted(s))
-            if s not in out and c / total >= floor and len(out) < max_sets:
+            if s not in out and c / total >= floor and len(out) < max_sets and ok(s):
                 out.append(s)
         mass = 1.0 - sum(counts.get(s, 0) for s in out) / total
     for e in extra:
         s = tuple(sorted(e))
-        if s not in out and len(out) < max_sets:
+        if s not in out and len(out) < max_sets and ok(s):
             out.append(s)
     return out, mass
 

@@ -73,6 +73,8 @@ def neighbours(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[i
         return []
     tb = (plan.scores.get("tiebreak") or {}).get("values")
     tiebreak = None if tb is None else np.array([np.inf if v is None else v for v in tb])
+    from swapprune.select.serve import enforce
+
     strategy = get_strategy("ranked") if spec.strategy.queries_model else spec.strategy
     out: list[tuple[int, ...]] = []
     for b in sorted(plan.removed, key=lambda b: -imp[b]):  # least removable first
@@ -84,7 +86,7 @@ def neighbours(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[i
             )
         except Exception:  # the strategy cannot choose without that block: no neighbour
             continue
-        s = tuple(choice.removed)
+        s = tuple(enforce(spec.constraints, choice.removed, banned, tiebreak))
         if s != tuple(plan.removed) and s not in out and np.isfinite(banned[list(s)]).all():
             out.append(s)
         if len(out) >= count:
@@ -97,14 +99,22 @@ def plausible(spec, plan, scores, extra: Sequence[Sequence[int]] = ()):
     from swapprune.select.stability import plan_stability
 
     stab = plan_stability(plan, scores, spec.constraints, spec.n_boot, spec.seed)
+    ok = eligible(spec)
     if stab is not None:
         sets, mass = plausible_sets(
-            plan.removed, stab.counts, spec.certify_floor, spec.certify_sets, extra
+            plan.removed, stab.counts, spec.certify_floor, spec.certify_sets, extra, ok
         )
         return sets, mass, "bootstrap"
     more = neighbours(spec, plan, spec.certify_sets - 1)
-    sets, _ = plausible_sets(plan.removed, None, max_sets=spec.certify_sets, extra=[*extra, *more])
+    sets, _ = plausible_sets(
+        plan.removed, None, max_sets=spec.certify_sets, extra=[*extra, *more], eligible=ok
+    )
     return sets, None, "neighbours"
+
+
+def eligible(spec: SelectionSpec) -> Callable[[Sequence[int]], bool] | None:
+    """Which sets may be plausible: those in phase under ``--serve`` (``None``: every set)."""
+    return spec.serve.in_phase if spec.serve is not None else None
 
 
 def certify_sets(
@@ -192,7 +202,12 @@ def certificate_judge(model, spec: SelectionSpec, heldout, crits: Sequence) -> C
         first = stability[crits[0].name]
         others = [stability[c.name].chosen for c in crits[1:]]
         sets, mass = plausible_sets(
-            first.chosen, pooled_counts(stability), spec.certify_floor, spec.certify_sets, others
+            first.chosen,
+            pooled_counts(stability),
+            spec.certify_floor,
+            spec.certify_sets,
+            others,
+            eligible(spec),
         )
         cert = certify_sets(model, spec, heldout, first.chosen, sets, mass_outside=mass, quantile=q)
         return {

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from swapprune.errors import SwappruneError
+
+if TYPE_CHECKING:
+    from swapprune.select.serve_constraint import ServeConstraint
 
 
 @dataclass(frozen=True)
@@ -15,11 +19,21 @@ class Constraints:
         num_layers: ``L``.
         protect_first: the first k blocks are never removed.
         protect_last: the last k blocks are never removed.
+        serve: removal sets must keep these runtimes' layer-type pattern in phase
+            (``--serve``); applied after the strategy's choice
+            (:func:`swapprune.select.serve.enforce`), so every selection, its bootstrap
+            and the certificate's plausible sets obey it.
     """
 
     num_layers: int
     protect_first: int = 0
     protect_last: int = 0
+    serve: ServeConstraint | None = None
+
+    def protected(self) -> list[int]:
+        """The blocks no selection may remove."""
+        keep = set(range(self.num_layers)) - set(self.candidates())
+        return sorted(keep)
 
     def candidates(self) -> list[int]:
         return list(range(self.protect_first, self.num_layers - self.protect_last))

@@ -101,7 +101,13 @@ def select_fixed(
         tiebreak = None
     inputs = selection_inputs(crit, strategy, ctx, importance, spec.budget, cons, tiebreak)
     choice = strategy.choose(inputs)
+    removed = list(choice.removed)
     record: dict[str, Any] = {"importance": [_num(x) for x in importance]}
+    if cons.serve is not None:  # the in-phase constraint overrides the strategy's own rule
+        from swapprune.select import serve
+
+        removed = serve.enforce(cons, choice.removed, importance, tiebreak)
+        record["serve"] = serve.record(cons, choice.removed, removed, importance)
     if tiebreak is not None:
         record["tiebreak"] = {"rule": TIEBREAK_RULE, "values": [_num(x) for x in tiebreak]}
     if choice.order is not None and strategy.name == "iterative":
@@ -128,11 +134,11 @@ def select_fixed(
         scores=record,
     )
     if spec.op == "remove":
-        return PrunePlan.from_removal(cons.num_layers, choice.removed, **meta), scores
+        return PrunePlan.from_removal(cons.num_layers, removed, **meta), scores
     merges: dict[int, list[int]] = {}
-    for b in choice.removed:
+    for b in removed:
         partner = crit.partner(ctx, b)
-        if partner in choice.removed:
+        if partner in removed:
             raise SwappruneError(
                 f"blocks {b} and {partner} are both selected; cannot merge into each other"
             )

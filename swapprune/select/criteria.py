@@ -183,6 +183,43 @@ class Replacement(_SwapCriterion):
     )
 
 
+PROJECT = "swapprune's own (exploratory: found post hoc on SmolLM2-135M)"
+
+
+@_register
+class ReplacementDirected(Criterion):
+    """Block l's own computation lost: the cheapest partner that can run in its slot.
+
+    ``d_repl`` takes the worse of the two directions, so a pair is only as
+    removable as its less replaceable block; here block ``l`` is judged by the
+    direction that removes *its* computation, ``D(l <- j)`` (slot ``l`` runs
+    block ``j``, block ``l`` never runs), which is what deleting ``l`` and letting
+    a neighbour stand in for it costs.
+    """
+
+    name = "replacement-directed"
+    probes = ("replacement",)
+    tiebreak = "residual"
+    source = PROJECT
+    what = (
+        "min over every scored partner j of D(l<-j) = KL(p_base || p_{slot l runs block j}): "
+        "block l's own computation lost; ties: smaller residual update ||g_l|| first"
+    )
+
+    def importance(self, ctx: Context) -> np.ndarray:
+        s = _need_scores(ctx, "replacement")
+        out = np.full(ctx.num_layers, np.inf)
+        for i, j in sorted(s.pairs):
+            d_ij, d_ji = s.directed(i, j)  # D(i<-j), D(j<-i)
+            for layer, d in ((i, d_ij), (j, d_ji)):
+                if 0 <= layer < ctx.num_layers:
+                    out[layer] = min(out[layer], d)
+        if np.isinf(out).any():
+            missing = [i for i in range(ctx.num_layers) if np.isinf(out[i])]
+            raise SwappruneError(f"scores lack pairs for blocks {missing}; score --pairs adjacent")
+        return out
+
+
 @_register
 class Deletion(Criterion):
     """KL of skipping the block (from scores, or measured on the model)."""

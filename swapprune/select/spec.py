@@ -31,6 +31,7 @@ from swapprune.stats import N_BOOT
 if TYPE_CHECKING:
     from swapprune.config import CalibrationConfig, SelectConfig
     from swapprune.select.adaptive import AdaptiveSettings
+    from swapprune.select.serve_constraint import ServeConstraint
 
 AUTO = "auto"
 #: What ``auto`` does, for ``swapprune list``.
@@ -59,7 +60,8 @@ class SelectionSpec:
         criterion: the criterion ranking blocks (for ``auto``: interchange, which it
             ranks by before any verification).
         strategy: the strategy object, configured; ``strategy_name`` its spec.
-        constraints: which blocks may go; ``budget``: how many.
+        constraints: which blocks may go, and (``constraints.serve``) which removal sets
+            keep the serving runtimes' layer-type pattern in phase; ``budget``: how many.
         op, merge: ``remove`` or ``merge`` with that rule.
         seed: window pick, bootstrap and ``random`` seed.
         oracle_metric, max_oracle_calls, beam_seeds: model queries.
@@ -68,6 +70,7 @@ class SelectionSpec:
         stability_threshold, n_boot: the selection's bootstrap.
         certify, certify_sets, certify_floor, certify_delta: the regret certificate
             (:mod:`swapprune.select.certificate`); merges are not certified.
+        auto_shortlist: where ``auto``'s both-high beam takes its shortlist from.
     """
 
     name: str
@@ -93,10 +96,16 @@ class SelectionSpec:
     certify_sets: int = 6
     certify_floor: float = 0.05
     certify_delta: float | None = None
+    auto_shortlist: str = "swap"
 
     @property
     def num_layers(self) -> int:
         return self.constraints.num_layers
+
+    @property
+    def serve(self) -> ServeConstraint | None:
+        """The in-phase constraint (``--serve``), or ``None``."""
+        return self.constraints.serve
 
     @property
     def probes(self) -> tuple[str, ...]:
@@ -194,6 +203,7 @@ def build(
     calibration: CalibrationConfig,
     num_layers: int,
     scores_given: bool = False,
+    serve: ServeConstraint | None = None,
 ) -> SelectionSpec:
     """The checked spec of these settings for a model of ``num_layers`` blocks.
 
@@ -202,14 +212,18 @@ def build(
         num_layers: the model's depth.
         scores_given: probes come from elsewhere (``--scores``, a ``score`` stage,
             ``compare``'s shared probes): no adaptive tranches then.
+        serve: the in-phase constraint (:func:`swapprune.select.serve_constraint.resolve`); a
+            budget that no eligible set meets is refused here.
     """
     crit, strategy, strategy_name = resolve(select, calibration)
     if select.budget is None:
         raise SwappruneError("a budget is required: --budget N (blocks to remove or merge)")
     # A linear patch folds into the block before each removed span: block 0 stays.
     first = max(select.protect_first, 1) if select.patch != "none" else select.protect_first
-    cons = Constraints(num_layers, first, select.protect_last)
+    cons = Constraints(num_layers, first, select.protect_last, serve)
     strategy.check(select.budget, cons)
+    if serve is not None:
+        serve.check(select.budget, cons)
     tranches = adaptive_on(select, calibration) and not (scores_given or select.scores)
     if tranches and strategy.queries_model and select.protocol != AUTO:
         if calibration.adaptive == "on":
@@ -250,4 +264,5 @@ def build(
         certify_sets=select.certify_sets,
         certify_floor=select.certify_floor,
         certify_delta=select.certify_delta,
+        auto_shortlist=select.auto_shortlist,
     )

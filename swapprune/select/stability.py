@@ -154,7 +154,8 @@ def select_on(
     """The selection that ``crit`` and ``strat`` make from ``scores`` alone.
 
     ``tiebreak`` (``[L]``, e.g. the residual norms the plan used) is held fixed:
-    it is measured on the model, not resampled.
+    it is measured on the model, not resampled. The in-phase constraint
+    (``cons.serve``) applies as in :func:`~swapprune.select.core.select_fixed`.
     """
     ctx = criteria_mod.Context(num_layers=cons.num_layers, scores=scores, seed=seed)
     inputs = {}
@@ -163,7 +164,13 @@ def select_on(
         inputs["pair_table"] = crit.pair_table(ctx)
     if tiebreak is not None:
         inputs["tiebreak"] = np.asarray(tiebreak, dtype=float)
-    return sorted(int(b) for b in strat.select(crit.importance(ctx), budget, cons, **inputs))
+    importance = crit.importance(ctx)
+    chosen = sorted(int(b) for b in strat.select(importance, budget, cons, **inputs))
+    if cons.serve is None:
+        return chosen
+    from swapprune.select.serve import enforce  # as select_fixed does, on every resample
+
+    return enforce(cons, chosen, importance, tiebreak)
 
 
 def selection_stability(

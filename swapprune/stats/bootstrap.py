@@ -12,8 +12,10 @@ vectorised with an index matrix ``[n_boot, n]``, evaluated in row blocks so
 memory stays bounded on large tasks.
 
 A paired comparison resamples the *same* unit indices for both methods, so the
-between-unit variance that both share cancels: two identical models always tie,
-and small but consistent differences are detected.
+between-unit variance that both share cancels: two identical models differ by
+exactly 0 on every resample, and small but consistent differences are detected.
+What a difference *means* (better, equivalent within a margin, inconclusive) is
+:mod:`swapprune.stats.verdicts`'s to say.
 """
 
 from __future__ import annotations
@@ -264,7 +266,7 @@ def minimum_detectable_difference(se: float, level: float = LEVEL, power: float 
     """Smallest true difference a two-sided test at ``level`` detects with ``power``.
 
     Normal approximation: ``(z_{(1+level)/2} + z_{power}) * se``; with the defaults
-    ``2.80 * se``. A tie is only informative about differences above this.
+    ``2.80 * se``. A failure to find a difference says nothing about differences below this.
     """
     z = NormalDist()
     return float((z.inv_cdf((1 + level) / 2) + z.inv_cdf(power)) * se)
@@ -299,30 +301,3 @@ def paired_cost_ratio(
     if reps.size == 0:
         return Interval(est, float("nan"), float("nan"), level, n_boot)
     return _interval(est, reps, level, n_boot)
-
-
-def verdict(
-    comparison: PairedComparison, higher_is_better: bool, names: tuple[str, str] = ("a", "b")
-) -> str:
-    """Say which method is better, or ``"tie"``.
-
-    A tie is declared when the CI of the difference includes zero. Otherwise the
-    factor is better/worse for higher-is-better metrics and worse/better for
-    lower-is-better ones, so it is always >= 1.
-
-    Args:
-        comparison: Result of :func:`paired_difference`.
-        higher_is_better: Direction of the metric (False for perplexity).
-        names: Display names of methods ``a`` and ``b``.
-
-    Returns:
-        ``"tie"`` or e.g. ``"b better by 1.23x"``.
-    """
-    d = comparison.difference
-    if d.low <= 0.0 <= d.high:
-        return "tie"
-    b_wins = (d.estimate > 0) == higher_is_better
-    better, worse = (comparison.b, comparison.a) if b_wins else (comparison.a, comparison.b)
-    num, den = (better, worse) if higher_is_better else (worse, better)
-    factor = num / den if den != 0 else float("inf")
-    return f"{names[1] if b_wins else names[0]} better by {factor:.3g}x"

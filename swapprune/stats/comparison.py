@@ -59,7 +59,8 @@ def compare_cuts(
         A :class:`Verdict`, including the paper's overlap test.
 
     Raises:
-        ValueError: On a margin in points without ``base_units``, or units that do not pair.
+        ValueError: On a margin in points without ``base_units`` or with a base value of 0,
+            or units that do not pair.
     """
     resampled = "windows" if clusters is None else "articles"
     n_clusters = None if clusters is None else len(set(clusters))
@@ -86,6 +87,11 @@ def compare_cuts(
             raise ValueError("a margin in points needs the unpruned model's units (base_units)")
         runs.append(base_units)
     points, reps = paired_replicates(runs, statistic, clusters, n_boot, seed)
+    if margin.unit == "points" and not (np.isfinite(points[2]) and points[2] != 0):
+        raise ValueError(
+            f"a margin in points is relative to the unpruned model's value, which is "
+            f"{points[2]:g} here; declare the margin in the metric's own units"
+        )
     if margin.unit == "points":
         scale_point, scale_reps = 100.0 / points[2], 100.0 / reps[2]
     else:

@@ -97,9 +97,15 @@ def holm_distinct(
     return out
 
 
-def _criterion(label: str) -> str:
-    """``bi`` of ``bi``, ``bi:seed3`` and so on: the criterion a method label names."""
-    return label.split(":", 1)[0]
+def _criterion(label: str) -> str | None:
+    """The criterion a removal's label names (``bi`` of ``bi``, ``bi:3``, ``bi@greedy``).
+
+    None for a merge (``bi@merge:laco``) or a patched cell (``bi+linear``): another
+    operation than auto's, so never its "best baseline".
+    """
+    if "@merge" in label or "+" in label:
+        return None
+    return label.split("@", 1)[0].split(":", 1)[0]
 
 
 def primary_contrasts(

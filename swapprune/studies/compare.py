@@ -1,29 +1,41 @@
 """``swapprune compare``: what each criterion costs at each budget, with a verdict.
 
-A loop over configurations: for every criterion and budget, the run's
-configuration with that ``prune`` section goes through the pipeline's own
-stages (:func:`swapprune.stages.select`), on one loaded model, one
-calibration and one set of probe scores. The unpruned model is evaluated once
-and every pruned variant in memory (a removal is a zero-copy view of the
-model's own blocks); every two methods are paired with a bootstrap over the
-same windows / documents / examples. Evaluations and selections are cached
-under ``DIR/cache`` by content (written atomically, and a corrupt entry is
-recomputed), so a rerun or an added method redoes nothing already done.
+A loop over configurations: for every cell (a ``--criteria`` entry,
+:mod:`swapprune.studies.compare_cells`) and budget, the run's configuration
+with that ``prune`` section goes through the pipeline's own stages
+(:func:`swapprune.stages.select`), on one loaded model, one calibration and
+one set of probe scores. The unpruned model is evaluated once and every pruned
+variant in memory (a removal is a zero-copy view of the model's own blocks, a
+merge a copy); the base model's greedy continuations are computed once and
+every cell's agreement with them measured (``CompareConfig.generative``).
+Every two methods are paired with a bootstrap over the same windows, articles
+or examples, and judged by :mod:`swapprune.studies.compare_verdicts`.
+Evaluations, generations and selections are cached under ``DIR/cache`` by
+content (written atomically, and a corrupt entry is recomputed), so a rerun or
+an added method redoes nothing already done.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import hashlib
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from swapprune.config import CalibrationConfig, CompareConfig, EvalConfig, RunConfig, SelectConfig
-from swapprune.errors import SwappruneError
+from swapprune.studies.cache import cached, content_key
+from swapprune.studies.compare_cells import (
+    cell_specs,
+    merge_key,
+    method_config,
+    method_runs,
+    patched_cell,
+    prefix,
+    variant,
+)
+
+__all__ = ["CompareJob", "run_compare", "variant"]
 
 
 @dataclass
@@ -74,61 +86,6 @@ class CompareJob:
         return self
 
 
-def _key(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _method_runs(job: CompareJob) -> list[tuple[str, str, int]]:
-    """``(label, criterion, seed)`` for every method; ``random`` expands over its seeds."""
-    runs = []
-    for m in job.compare.criteria:
-        if m == "random":
-            runs += [(f"random:{s}", "random", s) for s in job.compare.random_seeds]
-        else:
-            runs.append((m, m, job.calib.seed))
-    return runs
-
-
-def method_config(job: CompareJob, criterion: str, seed: int, budget: int) -> RunConfig:
-    """The run configuration of one cell: the shared settings with this ``prune`` section."""
-    # compare measures every cell's cost itself; only auto, whose decision is the
-    # certificate's incumbent-challenger rule, certifies.
-    prune = dataclasses.replace(
-        job.select or SelectConfig(),
-        budget=budget,
-        protocol=criterion,
-        strategy=job.compare.strategy,
-        certify=criterion == "auto",
-    )
-    calibration = dataclasses.replace(job.run.calibration, seed=seed)
-    return dataclasses.replace(job.run, calibration=calibration, prune=prune)
-
-
-@contextmanager
-def variant(model, plan):
-    """The pruned model of ``plan``, in memory: a view for removals, a copy for merges."""
-    if plan.op == "remove":
-        from swapprune.edit.surgery import pruned_view
-
-        with pruned_view(model, plan.kept) as view:
-            yield view
-    else:
-        from swapprune.edit.surgery import apply_plan
-
-        yield apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
-
-
-def _cached(path: Path, read):
-    """The cached entry at ``path``, or ``None`` when it is missing or unreadable."""
-    if not path.exists():
-        return None
-    try:
-        return read(path)
-    except (OSError, ValueError, KeyError, TypeError, SwappruneError):
-        path.unlink(missing_ok=True)  # a truncated or foreign entry is recomputed
-        return None
-
-
 def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
     """Run the comparison and write ``results.json``, ``results.md`` and plots into the output.
 
@@ -139,13 +96,14 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
     from swapprune import stages
     from swapprune.engine.oracle import shared_oracles
     from swapprune.evaluation import EvalResult, evaluate
+    from swapprune.evaluation.names import EXTENDED_PPL
     from swapprune.output.artifacts import locked, provenance, write_json_atomic, write_text_atomic
     from swapprune.plan import PrunePlan
 
     job.compare.check()
     checked = stages.check(job.run, study=True)
     tasks = job.eval.tasks
-    runs = _method_runs(job)
+    runs = method_runs(job)
     # Every cell's request is checked once, before the weights load when the facts allow.
     specs = cell_specs(job, runs, checked.facts) if checked.facts is not None else None
     out = Path(job.compare.output)
@@ -190,10 +148,45 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
         "max_length": job.max_length,
         "dtype": str(next(model.parameters()).dtype),
     }
+    if EXTENDED_PPL in tasks:  # keeps the keys of comparisons without it unchanged
+        eval_cfg["per_article"] = job.eval.per_article
+    reference: list = []  # the base model's continuations, computed on first need
+
+    from swapprune.evaluation import generative as g
+
+    gen_cfg = {k: eval_cfg[k] for k in ("model", "dtype")}
+    gen_cfg["setting"] = [g.N_PROMPTS, g.PROMPT_TOKENS, g.NEW_TOKENS]
+
+    def gen_file(kept, merged) -> Path:
+        return cache / f"gen-{content_key({**gen_cfg, 'kept': kept, 'merged': merged})}.json"
+
+    def read_gen(f: Path) -> dict | None:
+        return cached(f, lambda p: json.loads(p.read_text()))
+
+    def prime(kept, merged) -> None:
+        """The base model's continuations, if this cut needs them; call it on the intact model."""
+        if job.compare.generative and not reference and read_gen(gen_file(kept, merged)) is None:
+            reference.append(g.reference_continuations(model, tok))
+
+    def generated(kept, merged, m) -> dict | None:
+        if not job.compare.generative:
+            return None
+        f = gen_file(kept, merged)
+        hit = read_gen(f)
+        if hit is not None:
+            return hit
+        prime(kept, merged)  # a patched cell's copy: the base model is intact here
+        gen = g.generative_cost(model, tok, pruned=m, reference=reference[0]).to_dict()
+        write_text_atomic(f, json.dumps(gen))
+        return gen
+
+    def measured(kept, merged, m) -> tuple[EvalResult, float, dict | None]:
+        res, eval_s = evaluated(kept, merged, m)
+        return res, eval_s, generated(kept, merged, m)
 
     def evaluated(kept, merged, m) -> tuple[EvalResult, float]:
-        f = cache / f"eval-{_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
-        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        f = cache / f"eval-{content_key({**eval_cfg, 'kept': kept, 'merged': merged})}.json"
+        hit = cached(f, lambda p: EvalResult.from_json(p.read_text()))
         if hit is not None:
             return hit, 0.0
         # Comparisons that share a cache (several calibration seeds, say) evaluate each
@@ -202,7 +195,7 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
             return _evaluate_into(f, m)
 
     def _evaluate_into(f: Path, m) -> tuple[EvalResult, float]:
-        hit = _cached(f, lambda p: EvalResult.from_json(p.read_text()))
+        hit = cached(f, lambda p: EvalResult.from_json(p.read_text()))
         if hit is not None:
             return hit, 0.0
         t = time.perf_counter()
@@ -215,6 +208,7 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
             max_length=job.max_length,
             batch_size=job.eval.batch_size,
             n_boot=job.eval.bootstrap,
+            per_article=job.eval.per_article,
         )
         write_text_atomic(f, res.to_json())
         return res, time.perf_counter() - t
@@ -223,22 +217,23 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
 
     heldouts: dict = {}  # one set of held-out windows per seed, shared by its auto cells
 
-    def choose(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
-        cfg = method_config(job, crit, seed, budget)
+    def choose(label: str, entry: str, seed: int, budget: int) -> PrunePlan:
+        cfg = method_config(job, entry, seed, budget)
         cell = dataclasses.replace(loaded, selection=specs[label, budget])
-        if seed not in heldouts and crit == "auto":
+        assert cfg.prune is not None
+        if seed not in heldouts and cfg.prune.protocol == "auto":
             heldouts[seed] = stages.heldout(cfg, cell, calibration)
         return stages.select(cfg, cell, calibration, scores, False, heldouts.get(seed))[0]
 
     def selected(label: str, crit: str, seed: int, budget: int) -> PrunePlan:
         """One cell's selection; an iterative one is the prefix of its largest-budget order."""
         if label in orders:
-            return _prefix(orders[label], budget)
+            return prefix(orders[label], budget)
         if specs[label, budget].strategy.name == "iterative":
             full = choose(label, crit, seed, max(job.compare.budgets))
             if "order" in full.scores:
                 orders[label] = full
-                return _prefix(full, budget)
+                return prefix(full, budget)
         return choose(label, crit, seed, budget)
 
     total = 1 + len(job.compare.budgets) * len(runs)
@@ -261,26 +256,30 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
                     "positions": job.calib.positions,
                     "model": src.id,
                 }
-                pf = cache / f"plan-{_key(pkey)}.json"
+                pf = cache / f"plan-{content_key(pkey)}.json"
                 t = time.perf_counter()
-                plan = _cached(pf, PrunePlan.from_json)
+                plan = cached(pf, PrunePlan.from_json)
                 if plan is None:
                     plan = selected(label, crit, seed, budget)
                     plan.to_json(pf)
                 select_s = time.perf_counter() - t
+                merged = merge_key(plan)
+                prime(plan.kept, merged)  # before the view replaces the base's blocks
                 with variant(model, plan) as m:
-                    res, eval_s = evaluated(plan.kept, plan.merged, m)
+                    res, eval_s, gen = measured(plan.kept, merged, m)
                 cells.setdefault(budget, {})[label] = {
                     "plan": plan,
                     "result": res,
                     "select_s": select_s,
                     "eval_s": eval_s,
+                    "generative": gen,
+                    "entry": crit,
                 }
                 for kind in (k for k in job.compare.patches if k != "none"):
                     if plan.op != "remove" or not plan.removed or min(plan.removed) == 0:
                         continue  # nothing to fold into (a merge, or a span at block 0)
                     cells[budget][f"{label}+{kind}"] = patched_cell(
-                        job, loaded, plan, crit, seed, kind, calibration, evaluated, cache
+                        job, loaded, plan, crit, seed, kind, calibration, measured, cache
                     )
                 bar.update()
     bar.close()
@@ -291,6 +290,7 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
     results["timing"] = {
         "score_s": score_s,
         "baseline_eval_s": base_s,
+        "generative_reference_s": reference[0].seconds if reference else None,
         "total_s": time.perf_counter() - t0,
         "oracle_queries": oracle.asked,
         "oracle_computed": oracle.computed,
@@ -332,61 +332,3 @@ def _default_score():
     from swapprune.config import ScoreConfig
 
     return ScoreConfig()
-
-
-def _prefix(full, budget: int):
-    """Budget ``n`` of an iterative selection: the first ``n`` removals of a larger one."""
-    from swapprune.plan import PrunePlan
-
-    order = full.scores["order"]
-    return PrunePlan.from_removal(
-        full.num_layers,
-        order[:budget],
-        protocol=full.protocol,
-        strategy=full.strategy,
-        model=full.model,
-        scores=full.scores,
-        budget=budget,
-    )
-
-
-def patched_cell(job, loaded, plan, crit, seed, kind, calibration, evaluated, cache) -> dict:
-    """The cell of ``plan`` with a ``kind`` patch: fitted (cached), folded into a copy, scored."""
-    from swapprune import stages
-    from swapprune.edit.patch_io import load_patches, save_patches
-    from swapprune.edit.surgery import apply_plan
-    from swapprune.plan import PrunePlan
-
-    cfg = method_config(job, crit, seed, plan.budget or len(plan.removed))
-    assert cfg.prune is not None
-    prune = dataclasses.replace(cfg.prune, patch=kind)
-    cfg = dataclasses.replace(cfg, prune=prune)
-    key = {"kept": plan.kept, "patch": kind, "cal": calibration.describe(), "seed": seed,
-           "prompts": prune.patch_prompts, "tokens": prune.patch_tokens,
-           "ridge": prune.patch_ridge, "model": loaded.source.id}  # fmt: skip
-    d = cache / f"patch-{_key(key)}"
-    meta = d / "plan.json"
-    t = time.perf_counter()
-    cut = _cached(meta, PrunePlan.from_json)
-    patches = load_patches(cut, d) if cut is not None else None
-    if patches is None:
-        cut = PrunePlan.from_dict(plan.to_dict())
-        patches = stages.patch(cfg, loaded, cut, calibration)
-        d.mkdir(parents=True, exist_ok=True)
-        assert cut.patch is not None
-        cut.patch["sha256"] = save_patches(patches, d)
-        cut.to_json(meta)
-    fit_s = time.perf_counter() - t
-    edited = apply_plan(copy.deepcopy(loaded.model), cut, lambda *_: None, patches)
-    assert cut.patch is not None
-    res, eval_s = evaluated(cut.kept, {"patch": cut.patch["sha256"]}, edited)
-    return {"plan": cut, "result": res, "select_s": fit_s, "eval_s": eval_s}
-
-
-def cell_specs(job: CompareJob, runs, facts) -> dict:
-    """``(label, budget) -> SelectionSpec`` of every cell, checked against the model's facts."""
-    specs = {}
-    for label, crit, seed in runs:
-        for b in job.compare.budgets:
-            specs[label, b] = method_config(job, crit, seed, b).check_model(facts)
-    return specs

@@ -21,7 +21,13 @@ removable.
   without per-window values (``taylor``, ``random``, ``reverse``) stay fixed and
   only the target is resampled, which the report says. Resampling windows keeps
   the layers fixed, so the interval reflects calibration noise, not the choice
-  of model.
+  of model: even ``random``'s can exclude 0, so these intervals cannot rank
+  criteria.
+* Layer bootstrap (:mod:`swapprune.stats.layers`): the blocks are resampled
+  instead, with removability and cost at their point values, one draw for every
+  criterion; each criterion gets that CI too, and the paired differences of
+  :data:`DIFFERENCES` (interchange - BI first) get theirs. These are the
+  intervals that can say whether one criterion predicts better than another.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
 SCHEMA = "swapprune.validity/1"
+#: Paired Spearman differences reported under the layer bootstrap, when both are checked.
+DIFFERENCES = (("interchange", "bi"), ("replacement-directed", "interchange"))
+#: Criteria read from the pair probes, and the probe each needs.
+PAIR_CRITERIA = {
+    "interchange": "interchange",
+    "replacement": "replacement",
+    "replacement-directed": "replacement",
+}
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
@@ -81,10 +95,12 @@ def _swap_reduce(protocol: str, num_layers: int):
         out = np.full(num_layers, np.inf)
         for (i, j), v in pairs.items():
             if protocol == "interchange":
-                d = v["inter"][idx].mean()
-            else:
-                d = max(v["repl_ij"][idx].mean(), v["repl_ji"][idx].mean())
-            out[i], out[j] = min(out[i], d), min(out[j], d)
+                d_i = d_j = v["inter"][idx].mean()
+            elif protocol == "replacement":
+                d_i = d_j = max(v["repl_ij"][idx].mean(), v["repl_ji"][idx].mean())
+            else:  # replacement-directed: D(i<-j) for block i, D(j<-i) for block j
+                d_i, d_j = v["repl_ij"][idx].mean(), v["repl_ji"][idx].mean()
+            out[i], out[j] = min(out[i], d_i), min(out[j], d_j)
         return out
 
     return reduce
@@ -110,7 +126,7 @@ def _sources(names: Sequence[str], oracle, scores, seed: int) -> dict[str, Sourc
 
     for name in names:
         crit = criteria_mod.get(name)
-        if name in SWAP:
+        if name in PAIR_CRITERIA:
             pairs = {
                 p: v
                 for p, v in scores.pairs.items()
@@ -171,7 +187,7 @@ def predictor_validity(
     L = oracle.L
     if L < 3:
         raise SwappruneError(f"a rank correlation over {L} blocks means nothing; need >= 3")
-    need_pairs = [p for p in SWAP if p in criteria]
+    need_pairs = [p for p in SWAP if p in {PAIR_CRITERIA.get(c) for c in criteria}]
     if need_pairs and (scores is None or not set(need_pairs) <= set(scores.protocols())):
         from swapprune.engine.scoring import score
 
@@ -205,6 +221,7 @@ def predictor_validity(
     cost_boot = np.stack([cost(i) for i in t_idx])  # [B, L]
 
     rows: dict[str, dict] = {}
+    points: dict[str, np.ndarray] = {}
     for name, src in sources.items():
         if isinstance(src, np.ndarray):
             point = src
@@ -221,6 +238,7 @@ def predictor_validity(
                 if joint and n_src == n_cal
                 else " (drawn independently of the target)"
             )
+        points[name] = np.asarray(point, dtype=float)
         rho = float(spearman(point, cost_point))
         reps = spearman(boot, cost_boot)
         reps = reps[np.isfinite(reps)]
@@ -251,7 +269,28 @@ def predictor_validity(
             "interval": "95% percentile",
         },
         "criteria": rows,
+        "layer_bootstrap": _layer_bootstrap(points, cost_point, rows, n_boot, seed),
     }
+
+
+def _layer_bootstrap(points, cost, rows, n_boot: int, seed: int) -> dict:
+    """Each criterion's Spearman CI over resampled blocks, and the paired differences."""
+    from swapprune.stats.layers import layer_bootstrap_spearman
+
+    lb = layer_bootstrap_spearman(points, cost, n_boot=n_boot, seed=seed)
+    for name, iv in lb.intervals.items():
+        rows[name]["layer_ci"] = [iv.low, iv.high]
+    out = lb.to_dict()
+    out["differences"] = {}
+    for a, b in DIFFERENCES:
+        if a in points and b in points:
+            iv, p = lb.difference(a, b)
+            out["differences"][f"{a} - {b}"] = {
+                "estimate": iv.estimate,
+                "ci": [iv.low, iv.high],
+                "p_value": p,
+            }
+    return out
 
 
 def _num_windows(values) -> int:

@@ -19,19 +19,32 @@ def validity_markdown(result: dict) -> str:
         f"Criteria on {cal['prompts']} x {cal['tokens']} windows of {cal['source']}; "
         f"target on {tgt['prompts']} x {tgt['tokens']} windows of {tgt['source']}"
         + (" (the same windows)." if result["target_is_calibration"] else "."),
-        f"95% CI: {result['bootstrap']['resamples']} bootstrap resamples of windows.",
+        f"Window CI: {result['bootstrap']['resamples']} bootstrap resamples of windows, the "
+        "blocks fixed (calibration noise only: it cannot rank criteria). Layer CI: the blocks "
+        "resampled, one draw for every criterion (what a ranking of criteria needs).",
         "",
-        "| criterion | Spearman | 95% CI | resampled |",
-        "|---|---:|---|---|",
+        "| criterion | Spearman | window 95% CI | layer 95% CI | windows resampled |",
+        "|---|---:|---|---|---|",
     ]
     rows = sorted(
         result["criteria"].items(), key=lambda kv: -np.nan_to_num(kv[1]["spearman"], nan=-9)
     )
     for name, r in rows:
+        layer = r.get("layer_ci")
+        lci = f"[{layer[0]:+.2f}, {layer[1]:+.2f}]" if layer else "n/a"
         lines.append(
             f"| {name} | {r['spearman']:+.2f} | [{r['ci'][0]:+.2f}, {r['ci'][1]:+.2f}] "
-            f"| {r['resampled']} |"
+            f"| {lci} | {r['resampled']} |"
         )
+    diffs = (result.get("layer_bootstrap") or {}).get("differences") or {}
+    if diffs:
+        lines += ["", "Paired differences of Spearman under the layer bootstrap:", ""]
+        for name, d in diffs.items():
+            lines.append(
+                f"- {name}: {d['estimate']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}], "
+                f"p = {d['p_value']:.3g}"
+                + (" (CI holds 0: not resolved)" if d["ci"][0] <= 0 <= d["ci"][1] else "")
+            )
     return "\n".join(lines) + "\n"
 
 
