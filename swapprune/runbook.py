@@ -195,10 +195,13 @@ def card_lines(metrics: dict, plan) -> list[str]:
     out: list[str] = []
     cost = metrics.get("cost")
     if cost:
+        # The summary's first line is the perplexity; further lines (generation) follow it.
+        first, *more = cost["summary"].removeprefix("cost: ").splitlines()
         text = (
-            f"What the cut cost: {cost['summary'].removeprefix('cost: ')}, with a 95% paired "
-            "bootstrap CI over windows of the matched WikiText-2 contract."
+            f"What the cut cost: {first}, with a 95% paired bootstrap CI over windows of the "
+            "matched WikiText-2 contract."
         )
+        text += "".join(f" {line[:1].upper()}{line[1:]}." for line in more if line.strip())
         out += [text + (f" **{cost['warning']}**" if cost.get("warning") else ""), ""]
     cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
     if cert and cert.get("summary"):

@@ -3,6 +3,7 @@ on a tiny model, and must carry the model, windows, scores and settings of the r
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
@@ -83,6 +84,8 @@ def test_eval_of_a_checkpoint_compares_it_with_its_base(model_dir, tmp_path, mon
         main(["--model", model_dir, "--budget", "1", "--output", "p", *SMALL, "--no-progress"]) == 0
     )
     capsys.readouterr()
+    metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
+    assert "cost" in metrics and not [k for k, v in metrics.items() if v in ({}, [], None)]
     evaluate = [
         "eval",
         "--model",

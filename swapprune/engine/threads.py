@@ -1,11 +1,12 @@
 """How many torch threads a command runs with: decided once, when the command starts.
 
 On a small CPU shared with other jobs, torch's default (one thread per core) is
-the worst choice there is: its OpenMP threads wait on each other at every
-operator, and a core another process holds stalls them all. Measured on a 2-core
-machine with ``eval/bench_threads.py`` (eval/BENCHMARKS.md), two threads beat one
-only when the machine is otherwise idle, and are several times slower as soon as
-one other process is busy.
+a poor choice: its OpenMP threads wait on each other at every operator, and a
+core another process holds stalls them all (at torch's default of two threads on
+a 2-core machine at load average 3-5, a block evaluation of the demo model took
+0.48 s, against 37 ms at one thread on the idle machine).
+``eval/bench_threads.py`` measures 1 against 2 threads, with and without a busy
+process beside them (eval/BENCHMARKS.md).
 
 So a command that loads a model looks at how much of the machine is free right
 now (the idle share of every CPU over a fifth of a second, from ``/proc/stat``;
