@@ -43,6 +43,7 @@ def plan_pruning(
     heldout=None,
     model_id: str | None = None,
     progress: bool = True,
+    say=None,
     **settings: Any,
 ):
     """Choose the blocks to remove or merge; returns ``(plan, scores)``. The model is unchanged.
@@ -59,18 +60,22 @@ def plan_pruning(
             none of them touching a calibration window; none without a tokenizer).
         model_id: recorded in the plan (default: the model's ``name_or_path``).
         progress: progress bars while probing.
+        say: receives what the selection will compute and how long that should take, before
+            it starts (e.g. ``print``; ``None``: silent).
         **settings: fields of :class:`~swapprune.config.SelectConfig` (``budget``,
             ``protocol``, ``strategy``, ``patch``, ...) and
             :class:`~swapprune.config.CalibrationConfig` (``prompts``, ``tokens``, ``seed``,
             ``adaptive``, ...).
     """
     plan, scores, _ = cut(
-        model, tokenizer, calibration, scores, heldout, model_id, progress, settings
+        model, tokenizer, calibration, scores, heldout, model_id, progress, settings, say
     )
     return plan, scores
 
 
-def cut(model, tokenizer, calibration, scores, heldout, model_id, progress, settings: dict):
+def cut(
+    model, tokenizer, calibration, scores, heldout, model_id, progress, settings: dict, say=None
+):
     """The stages of a cut on an in-memory model: ``(plan, scores, patches)``.
 
     What :func:`plan_pruning` and :func:`prune` run (and the llm-compressor modifier):
@@ -92,10 +97,21 @@ def cut(model, tokenizer, calibration, scores, heldout, model_id, progress, sett
     loaded = stages.Loaded(model, tokenizer, ModelSource(name, name), facts, selection)
     if scores is None and select_cfg.scores:
         scores = stages.reuse_scores(select_cfg.scores, loaded)
+    elif scores is not None and selection is not None:
+        from swapprune.select.reuse import check_reused
+
+        check_reused(scores, selection, "given as scores=")
     if calibration is None and selection is not None and selection.needs_windows:
         if tokenizer is None:
             raise SwappruneError("selection needs calibration windows: pass a tokenizer")
         calibration = stages.calibrate(cfg, loaded)
+    if say is not None and selection is not None:
+        from swapprune import forecast as fc
+
+        plan = fc.selection(cfg, facts, selection, scores is not None)
+        quick = fc.quick_selection(cfg, facts, scores is not None)
+        plan.quick_flag = "prompts=16, tokens=64"
+        fc.announce(plan, model, calibration, calib_cfg.batch_size, say, quick)
     if heldout is None and selection is not None:
         heldout = stages.heldout(cfg, loaded, calibration)
     plan, scores = stages.select(cfg, loaded, calibration, scores, progress, heldout)
@@ -119,10 +135,10 @@ def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "int
 
     calibration, scores = kw.pop("calibration", None), kw.pop("scores", None)
     heldout, model_id = kw.pop("heldout", None), kw.pop("model_id", None)
-    progress = kw.pop("progress", True)
+    progress, say = kw.pop("progress", True), kw.pop("say", None)
     settings = {"budget": budget, "protocol": protocol, **kw}
     chosen, _, patches = cut(
-        model, tokenizer, calibration, scores, heldout, model_id, progress, settings
+        model, tokenizer, calibration, scores, heldout, model_id, progress, settings, say
     )
     apply_plan(model, chosen, patches=patches)
     return model, chosen

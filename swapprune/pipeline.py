@@ -88,7 +88,9 @@ def run(
     model, tok = loaded.model, loaded.tokenizer
 
     scores = (
-        stages.reuse_scores(cfg.prune.scores, loaded) if cfg.prune and cfg.prune.scores else None
+        stages.reuse_scores(cfg.prune.scores, loaded, cfg)
+        if cfg.prune and cfg.prune.scores
+        else None
     )
     windows = book.stage("heal windows", _heal_windows, cfg, loaded) if cfg.heal else None
     teacher = copy.deepcopy(model).eval() if cfg.heal and cfg.heal.distill else None
@@ -99,7 +101,7 @@ def run(
         calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
         book.metrics["calibration"] = calibration.describe()
     if cfg.score:
-        book.say(f"[score] {stages.estimate(cfg, loaded, calibration).describe()}")
+        book.forecast("score", loaded, calibration)
         scores = book.stage("score", stages.score, cfg, loaded, calibration, progress)
         if scores is None:  # non-zero torchrun rank
             return res
@@ -110,7 +112,9 @@ def run(
     if cfg.prune:
         heldout = None
         if cfg.prune.plan is None:
+            # Cutting the held-out windows can still fail on bad input: before the timed pass.
             heldout = book.stage("held-out windows", stages.heldout, cfg, loaded, calibration)
+            book.forecast("prune", loaded, calibration, scores is not None)
         plan, scores = book.stage(
             "select", stages.select, cfg, loaded, calibration, scores, progress, heldout
         )

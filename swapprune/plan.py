@@ -259,21 +259,29 @@ class PrunePlan:
 
         Args:
             model_id: the source model as mergekit should find it: a hub id or an
-                absolute path, or a :class:`swapprune.model.load.ModelSource` (its ``id``).
+                absolute path, or a :class:`swapprune.model.source.ModelSource` (its
+                :meth:`~swapprune.model.source.ModelSource.mergekit_source`: for a GGUF, the
+                converted checkpoint and how to make one).
             dtype: the ``dtype`` mergekit writes.
         """
-        model_id = source_id(model_id)
-        model = _yaml_scalar(model_id)
+        notes: list[str] = []
+        if hasattr(model_id, "mergekit_source"):
+            name, notes = model_id.mergekit_source()
+            about = getattr(model_id, "origin", name)
+        else:
+            name = about = source_id(model_id)
+            if name.endswith(".gguf"):
+                notes = [
+                    "# mergekit reads Hugging Face checkpoints, not GGUF: convert the file "
+                    "first and point `model` at the result."
+                ]
+        model = _yaml_scalar(name)
         lines = [
-            f"# swapprune plan for {model_id}: {self.describe()}.",
+            f"# swapprune plan for {about}: {self.describe()}.",
             "# mergekit layer_range is [start, end): the end index is EXCLUSIVE,",
             f"# so [0, 3] takes layers 0, 1, 2. Removed: {self.removed}.",
+            *notes,
         ]
-        if model_id.endswith(".gguf"):
-            lines.append(
-                "# mergekit reads Hugging Face checkpoints, not GGUF: convert the file "
-                "first and point `model` at the result."
-            )
         if self.merged:
             lines += [
                 f"# WARNING: blocks were merged ({self.merge}): "

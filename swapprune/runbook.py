@@ -38,6 +38,7 @@ class RunBook:
         self.config, self.say, self.command = config, say, command
         self.metrics: dict = {"costs": {}, "eval": {}, "wall_s": {}}
         self.results: dict = {}
+        self.rates = None  # the timing of the first forecast, shared by the next
         self.start = time.perf_counter()
 
     def stage(self, name: str, fn, *args, **kwargs):
@@ -48,6 +49,29 @@ class RunBook:
         self.metrics["wall_s"][name] = round(dt, 2)
         self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
         return out
+
+    def forecast(self, kind: str, loaded, calibration, scores_given: bool = False) -> None:
+        """Say what the ``score`` or ``prune`` part of the run will do, and how long it takes."""
+        from swapprune import forecast as fc
+
+        cfg = self.config
+        quick: fc.Forecast | None
+        if kind == "score":
+            done = _scored_pairs(cfg.score.output, cfg.score.probes) if cfg.score else set()
+            plan = fc.scoring(cfg, loaded.facts, done)
+            quick = fc.scoring(fc.quick_of(cfg), loaded.facts)
+        else:
+            plan = fc.selection(cfg, loaded.facts, loaded.selection, scores_given)
+            quick = fc.quick_selection(cfg, loaded.facts, scores_given)
+        if self.command[1:2] == ["run"]:  # a recipe: the quick settings as its overrides
+            from swapprune.config.argv import QUICK
+
+            sets = [f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0])]
+            plan.quick_flag = " ".join(sets)
+        self.rates = fc.announce(
+            plan, loaded.model, calibration, cfg.calibration.batch_size, self.say, quick, self.rates
+        )
+        self.metrics.setdefault("estimate", {})[kind] = fc.record(plan)
 
     def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
         """Costs at ``point``: held-out heal windows (if healing) and the eval tasks (if asked)."""
@@ -64,7 +88,9 @@ class RunBook:
         e = cfg.eval
         if e is None or (e.at is not None and point not in e.at):
             return
-        res = self.stage(f"eval {point}", evaluate, cfg, model, tok)
+        # An evaluation-only run evaluates the model it was given, not a "base" of anything.
+        label = point if len(cfg.points()) > 1 else cfg.model.name
+        res = self.stage(f"eval {label}", evaluate, cfg, model, tok)
         self.results[point] = res
         self.metrics["eval"][point] = {
             t: {m: {"value": v.value, "low": v.low, "high": v.high} for m, v in tr.metrics.items()}
@@ -116,7 +142,7 @@ class RunBook:
             directory,
             save_dtype=dtype,
             provenance=self.provenance(),
-            base_model_id=source.id,
+            base_model_id=source,
             selfcheck=x.selfcheck,
             check_ids=ids,
             card_extra=card_lines(self.metrics, plan),
@@ -147,6 +173,13 @@ class RunBook:
         from swapprune.output.artifacts import versions, write_json_atomic, write_text_atomic
 
         self.metrics.update(plan=plan.describe(), versions=versions())
+        # Points and evaluations that measured nothing leave no empty record behind.
+        for key in ("costs", "eval"):
+            kept = {k: v for k, v in self.metrics.get(key, {}).items() if v}
+            if kept:
+                self.metrics[key] = kept
+            else:
+                self.metrics.pop(key, None)
         write_text_atomic(directory / "config.yaml", self.config.to_yaml())
         if scores is not None:
             scores.save(directory / "scores.json")
@@ -157,65 +190,60 @@ class RunBook:
 
 
 def card_lines(metrics: dict, plan) -> list[str]:
-    """Model card lines: what the cut cost, how stable the selection is, what auto decided."""
-    lines: list[str] = []
+    """Model card paragraphs: what the cut cost, whether it can be trusted, how stable the
+    selection is, what ``auto`` decided."""
+    out: list[str] = []
     cost = metrics.get("cost")
     if cost:
-        lines += [
-            "## What the cut cost",
-            "",
-            f"- {cost['summary'].removeprefix('cost: ')} (95% paired bootstrap CI "
-            "over windows of the matched contract).",
-            *([f"- **{cost['warning']}**"] if cost.get("warning") else []),
-            "",
-        ]
+        # The summary's first line is the perplexity; further lines (generation) follow it.
+        first, *more = cost["summary"].removeprefix("cost: ").splitlines()
+        text = (
+            f"What the cut cost: {first}, with a 95% paired bootstrap CI over windows of the "
+            "matched WikiText-2 contract."
+        )
+        text += "".join(f" {line[:1].upper()}{line[1:]}." for line in more if line.strip())
+        out += [text + (f" **{cost['warning']}**" if cost.get("warning") else ""), ""]
     cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
     if cert and cert.get("summary"):
         verdict = "is certified" if cert["certified"] else "is **not** certified"
-        lines += [
-            "## Can this cut be trusted?",
-            "",
-            f"The cut {verdict}: against the {len(cert['sets'])} plausible alternatives "
-            f"({cert['plausible_from']}), measured on {cert['heldout']['windows']} held-out "
-            f"windows that the scoring never saw, it may be worse than the best of them by at "
-            f"most {cert['r95_points']:.2f} dPPL points (95% bootstrap quantile of the regret; "
-            f"tolerance {cert['delta_points']:.2f}).",
-            "",
-            *(
-                [
-                    f"- The criterion chose {cert['chosen']}; {cert['kept']} was better on the "
-                    f"held-out windows by {cert['gain_points']:.2f} points and was kept."
-                ]
-                if cert["switched"]
-                else []
-            ),
-            *(
-                [f"- {cert['mass_outside']:.0%} of the selection's bootstrap fell outside them."]
-                if cert.get("mass_outside") is not None
-                else []
-            ),
-            "",
-        ]
+        text = (
+            f"Can it be trusted? The cut {verdict}: against the {len(cert['sets'])} plausible "
+            f"alternatives ({cert['plausible_from']}), measured on {cert['heldout']['windows']} "
+            "held-out windows that the scoring never saw, it may be worse than the best of them "
+            f"by at most {cert['r95_points']:.2f} dPPL points (95% bootstrap quantile of the "
+            f"regret; tolerance {cert['delta_points']:.2f})."
+        )
+        if cert["switched"]:
+            text += (
+                f" The criterion chose {cert['chosen']}; {cert['kept']} was better on the "
+                f"held-out windows by {cert['gain_points']:.2f} points and was kept."
+            )
+        if cert.get("mass_outside") is not None:
+            text += f" {cert['mass_outside']:.0%} of the selection's bootstrap fell outside them."
+        out += [text, ""]
     stab = metrics.get("stability")
     if stab:
-        lines += [
-            "## Stability of the selection",
-            "",
-            f"- {stab['summary'].removeprefix('stability: ')}.",
-            *([f"- **{stab['warning']}**"] if stab.get("warning") else []),
-            "",
-        ]
+        said = stab["summary"].removeprefix("stability: ")
+        text = f"How stable is the choice? {said[:1].upper()}{said[1:]}."
+        out += [text + (f" **{stab['warning']}**" if stab.get("warning") else ""), ""]
     auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
     if auto:
         from swapprune.select.auto import decision_lines
 
-        lines += [
-            "## Regime and action (--protocol auto)",
-            "",
-            *[f"- {line}" for line in decision_lines(auto)],
-            "",
-        ]
-    return lines
+        out += ["What `--protocol auto` decided: " + "; ".join(decision_lines(auto)) + ".", ""]
+    return out
+
+
+def _scored_pairs(path: str | None, probes) -> set:
+    """Pairs an existing scores file already holds every probe of (a resumed run skips them)."""
+    import json
+
+    want = [p for p in probes if p != "deletion"]
+    try:
+        rows = json.loads(Path(path).read_text()).get("pairs", []) if path else []
+        return {(r["i"], r["j"]) for r in rows if all(p in r for p in want)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
 
 
 def _summary(name: str, out) -> str:

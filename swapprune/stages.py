@@ -1,9 +1,9 @@
 """The stages of a run, each a function of the configuration and what came before.
 
 ``check`` (the configuration, then the model's facts read without weights) ->
-``load`` -> ``calibrate`` -> ``score`` (with its compute ``estimate``) or
-``reuse_scores`` -> ``select`` -> ``stability`` and ``measure_cost`` ->
-``evaluate``. :func:`swapprune.pipeline.run` calls them in order;
+``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
+``stability`` and ``measure_cost`` -> ``evaluate``; :mod:`swapprune.forecast` says
+what the scoring parts will cost before they start. :func:`swapprune.pipeline.run` calls them in order;
 ``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
 same functions.
 """
@@ -58,7 +58,15 @@ def check(config: RunConfig, study: bool = False) -> Checked:
     """
     config.check(study)
     facts = read_facts(config)
-    return Checked(facts, config.check_model(facts) if facts is not None else None)
+    selection = config.check_model(facts) if facts is not None else None
+    p = config.prune
+    if selection is not None and p is not None and p.scores:
+        from swapprune.engine.scores import ScoreResult
+        from swapprune.select.reuse import check_reused
+
+        # Reading the file costs little next to loading the model that it would not fit.
+        check_reused(ScoreResult.load(p.scores), selection, p.scores, config)
+    return Checked(facts, selection)
 
 
 def output_state(config: RunConfig):
@@ -187,22 +195,11 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
     )
 
 
-def estimate(config: RunConfig, loaded: Loaded, calibration):
-    """The compute of ``config.score`` on this machine, before it runs."""
-    from swapprune.engine.estimate import estimate_scoring
-    from swapprune.engine.orders import parse_pairs
-
-    s = config.score
-    assert s is not None
-    pairs = parse_pairs(s.pairs, loaded.facts.num_layers) if s.pairs else []
-    return estimate_scoring(
-        loaded.model, calibration.input_ids, pairs, s.probes, config.calibration.batch_size
-    )
-
-
-def reuse_scores(path: str, loaded: Loaded):
-    """A scores file from an earlier run, refused if it belongs to another model."""
+def reuse_scores(path: str, loaded: Loaded, config: RunConfig | None = None):
+    """A scores file from an earlier run, refused if it belongs to another model or lacks a
+    probe the selection reads."""
     from swapprune.engine.scores import ScoreResult
+    from swapprune.select.reuse import check_reused
 
     scores = ScoreResult.load(path)
     if scores.meta.get("incomplete"):
@@ -216,6 +213,8 @@ def reuse_scores(path: str, loaded: Loaded):
             f"this model has {loaded.facts.num_layers}"
         )
     _same_model(scores.meta.get("fingerprint"), loaded, f"scores file {path}")
+    if loaded.selection is not None:
+        check_reused(scores, loaded.selection, path, config)
     return scores
 
 
@@ -347,18 +346,21 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
     c = config.cost
     assert c is not None
     windows = c.windows or None
+    from swapprune.cli.next_steps import cheaper_cut
+
+    then = cheaper_cut(config, plan)
     gen = c.generative
     if plan.op == "remove" and not patches:
         return pruning_cost(
             loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
-            generative=gen,
+            generative=gen, then=then,
         )  # fmt: skip
     from swapprune.edit.surgery import apply_plan
 
     edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
     cost = pruning_cost(
         loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold,
-        generative=gen,
+        generative=gen, then=then,
     )  # fmt: skip
     if patches:
         # The plain removal's perplexity only: its generation is not what the run keeps.

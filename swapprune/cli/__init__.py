@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.command != "list":
+        from swapprune.engine import threads
+
+        threads.apply()  # before the command imports torch: one place, one decision
     previous = _terminate_cleanly()
     try:
         return _module(args.command).run(args) or 0
@@ -139,8 +143,11 @@ def _terminate_cleanly():
     return signal.signal(signal.SIGTERM, handler)
 
 
-def say_to_stderr(args) -> Callable[[str], None] | None:
-    """Stage lines on stderr, or nothing with ``--no-progress``."""
+def say_to_stderr(args) -> Callable[[str], None]:
+    """Stage lines on stderr; with ``--no-progress`` only what the run will cost (the
+    ``[estimate]`` lines), which a user needs before the wait whatever else is hidden."""
     if getattr(args, "no_progress", False):
-        return None
+        return lambda line: (
+            print(line, file=sys.stderr, flush=True) if line.startswith("[estimate]") else None
+        )
     return lambda line: print(line, file=sys.stderr, flush=True)

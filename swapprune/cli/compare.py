@@ -66,7 +66,9 @@ def run(args) -> int:
         compare=section_from(args, CompareConfig, "compare"),
         select=section_from(args, SelectConfig, "prune"),
     )
-    res = run_compare(job, progress=not args.no_progress)
+    from swapprune.cli import say_to_stderr
+
+    res = run_compare(job, progress=not args.no_progress, say=say_to_stderr(args))
     out = Path(job.compare.output)
     print((out / "results.md").read_text())
     t = res["timing"]
@@ -76,8 +78,10 @@ def run(args) -> int:
             f"model-based selections: {t['oracle_computed']} pruned variants measured for "
             f"{t['oracle_queries']} queries (the rest answered from memory)"
         )
-    print(
-        f"next: swapprune --budget {job.compare.budgets[0]} --protocol "
-        f"{job.compare.criteria[0].split('@')[0]} --output pruned/   # write the checkpoint you chose"
+    from swapprune.cli.next_steps import prune_after_compare
+
+    scores = job.compare.scores or (
+        out / "scores.json" if (out / "scores.json").is_file() else None
     )
+    print(f"next: {prune_after_compare(job, res, scores)}")
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.cli.options import add_command_sections, add_common, section_from
 from swapprune.config import EvalConfig, ModelConfig, RunConfig
 
 EPILOG = """examples:
@@ -15,13 +15,13 @@ wikitext2_ppl is the paper's matched contract (WikiText-2 test, first 5000 words
 
 
 def add_arguments(p) -> None:
-    add_section(p, ModelConfig, "model")
-    add_section(p, EvalConfig, "eval", title="evaluation", required=("output",))
+    add_command_sections(p, "eval", required={"eval": ("output",)})
     p.add_argument(
         "--baseline",
         default=None,
-        metavar="EVAL_JSON",
-        help="an earlier eval JSON of the unpruned model: print the change against it",
+        metavar="EVAL_JSON|MODEL",
+        help="the unpruned model to compare against: an earlier eval JSON of it, or the model "
+        "itself (evaluated the same way first, into OUTPUT's name + .baseline.json)",
     )
     add_common(p)
 
@@ -29,24 +29,47 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_eval_summary
-    from swapprune.errors import SwappruneError
     from swapprune.pipeline import run as run_pipeline
 
-    baseline = None
-    if args.baseline is not None:
-        from pathlib import Path
-
-        from swapprune.evaluation import EvalResult
-
-        try:
-            baseline = EvalResult.from_json(Path(args.baseline).read_text())
-        except OSError as e:
-            raise SwappruneError(f"cannot read --baseline {args.baseline}: {e}") from None
-        except (KeyError, TypeError, ValueError) as e:
-            raise SwappruneError(f"--baseline {args.baseline} is not an eval JSON ({e})") from None
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"), eval=section_from(args, EvalConfig, "eval")
-    )
-    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
-    print_eval_summary(res, baseline)
+    ).check()
+    say = say_to_stderr(args)
+    baseline = None
+    if args.baseline is not None:
+        baseline = _baseline(args.baseline, cfg, say, not args.no_progress)
+    res = run_pipeline(cfg, say=say, progress=not args.no_progress)
+    print_eval_summary(res, baseline, baseline_given=args.baseline is not None)
     return 0
+
+
+def _baseline(given: str, cfg: RunConfig, say, progress: bool):
+    """The baseline's results: an eval JSON as it is, or a model evaluated the same way first
+    (its JSON written beside ``--output`` as ``NAME.baseline.json``)."""
+    from pathlib import Path
+
+    from swapprune.errors import SwappruneError
+    from swapprune.evaluation import EvalResult
+
+    path = Path(given)
+    if path.is_file() and path.suffix == ".json":
+        try:
+            return EvalResult.from_json(path.read_text())
+        except OSError as e:
+            raise SwappruneError(f"cannot read --baseline {given}: {e}") from None
+        except (KeyError, TypeError, ValueError) as e:
+            raise SwappruneError(f"--baseline {given} is not an eval JSON ({e})") from None
+    import dataclasses
+
+    from swapprune.model.load import resolve_source
+    from swapprune.pipeline import run as run_pipeline
+
+    resolve_source(given)  # a typo fails here, before the evaluated model loads
+    assert cfg.eval is not None and cfg.eval.output is not None
+    out = Path(cfg.eval.output)
+    base = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, name=given),
+        eval=dataclasses.replace(cfg.eval, output=str(out.with_suffix(".baseline.json"))),
+    )
+    return run_pipeline(base, say=say, progress=progress).eval["base"]

@@ -16,16 +16,8 @@ import types
 import typing
 from typing import Any
 
+from swapprune.config.argv import QUICK, flag
 from swapprune.errors import SwappruneError
-
-#: ``--quick``: settings that finish the demo model in about a minute on 2 CPU cores.
-QUICK = {
-    "calibration.prompts": 16,
-    "calibration.tokens": 64,
-    "score.bootstrap": 200,
-    "cost.windows": 4,
-    "calibration.tranche": 8,
-}
 
 
 class Parser(argparse.ArgumentParser):
@@ -122,9 +114,8 @@ def add_section(
         if not meta.get("cli", True) or f.name in skip:
             continue
         dest = f"{section}.{f.name}"
-        name = f.name.replace("_", "-")
         pre = prefix if prefix and (prefixed is None or f.name in prefixed) else ""
-        flag = meta.get("flag") or (f"--{pre}-{name}" if pre else f"--{name}")
+        name = flag(f, pre)
         if f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
         else:
@@ -136,7 +127,6 @@ def add_section(
         kwargs: dict[str, Any] = {"dest": dest, "help": meta.get("help", "").replace("%", "%%")}
         if tp is bool:
             if default:
-                flag = f"--no-{name}" if not pre else f"--{pre}-no-{name}"
                 kwargs.update(action="store_false", default=True)
                 kwargs["help"] = f"skip: {kwargs['help']}"
             else:
@@ -156,18 +146,43 @@ def add_section(
                 kwargs["default"] = None
                 kwargs["help"] += " (required)"
                 earlier = parser.get_default(REQUIRED) or []
-                parser.set_defaults(**{REQUIRED: [*earlier, (dest, flag)]})
-        group.add_argument(flag, **kwargs)
+                parser.set_defaults(**{REQUIRED: [*earlier, (dest, name)]})
+        group.add_argument(name, **kwargs)
 
 
 REQUIRED = "_required_fields"
 
 
+def add_command_sections(
+    parser: argparse.ArgumentParser,
+    command: str | None,
+    required: dict[str, tuple[str, ...]] | None = None,
+    defaults: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """The sections of ``command`` as :data:`swapprune.config.argv.COMMANDS` lists them (the
+    same table turns a configuration back into this command's line)."""
+    from swapprune.config.argv import COMMANDS
+    from swapprune.config.run import stage_class
+
+    for sec in COMMANDS[command]:
+        add_section(
+            parser,
+            stage_class(sec.name),
+            sec.name,
+            title=sec.title,
+            prefix=sec.prefix,
+            prefixed=sec.prefixed,
+            skip=sec.skip,
+            required=(required or {}).get(sec.name, ()),
+            defaults=(defaults or {}).get(sec.name),
+        )
+
+
 def check_required(args: argparse.Namespace) -> str | None:
     """The first required flag left unset, or ``None``."""
-    for dest, flag in getattr(args, REQUIRED, None) or ():
+    for dest, shown in getattr(args, REQUIRED, None) or ():
         if getattr(args, dest, None) is None:
-            return flag
+            return shown
     return None
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.cli.options import add_command_sections, add_common, add_section, section_from
 from swapprune.config import (
     CalibrationConfig,
     CostConfig,
@@ -14,6 +11,7 @@ from swapprune.config import (
     RunConfig,
     SelectConfig,
 )
+from swapprune.config.argv import default_output
 
 EPILOG = """examples:
   swapprune --budget 8 --protocol interchange
@@ -24,11 +22,10 @@ Without --output the checkpoint goes to ./MODEL-PROTOCOL-BUDGET/."""
 
 
 def add_arguments(p) -> None:
-    add_section(p, ModelConfig, "model")
-    add_section(p, CalibrationConfig, "calibration")
-    add_section(p, SelectConfig, "prune", title="selection", required=("budget",))
-    add_section(p, ExportConfig, "export", title="output", defaults={"output": None})
-    add_cost(p)
+    add_command_sections(
+        p, None, required={"prune": ("budget",)}, defaults={"export": {"output": None}}
+    )
+    add_no_eval(p)
     add_common(p, quick=True)
 
 
@@ -41,6 +38,10 @@ def add_cost(p) -> None:
         title="cost check (base vs pruned WikiText-2 perplexity)",
         prefix="cost",
     )
+    add_no_eval(p)
+
+
+def add_no_eval(p) -> None:
     p.add_argument(
         "--no-eval",
         action="store_true",
@@ -50,12 +51,6 @@ def add_cost(p) -> None:
 
 def cost_from(args):
     return None if args.no_eval else section_from(args, CostConfig, "cost")
-
-
-def default_output(model: str, protocol: str, budget: int) -> str:
-    """``./<model name>-<protocol>-<budget>``: where a run without ``--output`` writes."""
-    name = re.sub(r"\.gguf$", "", Path(model.rstrip("/")).name) or "model"
-    return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}-{protocol}-{budget}"
 
 
 def config_from(args) -> RunConfig:

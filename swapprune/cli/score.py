@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swapprune.cli.options import add_common, add_section, section_from
+from swapprune.cli.options import add_command_sections, add_common, section_from
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, ScoreConfig
 
 EPILOG = """examples:
@@ -15,9 +15,7 @@ An existing --output file with the same settings is resumed."""
 
 
 def add_arguments(p) -> None:
-    add_section(p, ModelConfig, "model")
-    add_section(p, CalibrationConfig, "calibration")
-    add_section(p, ScoreConfig, "score", title="probes", required=("output",))
+    add_command_sections(p, "score", required={"score": ("output",)})
     add_common(p, quick=True)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from swapprune.cli import next_steps
+
 
 def _q(path) -> str:
     return shlex.quote(str(path))
@@ -58,7 +60,7 @@ def print_prune_summary(res) -> None:
     if cert and cert.get("summary"):
         print(cert["summary"])
         if not cert["certified"]:
-            print(certificate_fix(cert))
+            print(certificate_fix(cert, res.config, res.output))
     elif cert and cert.get("skipped"):
         print(f"certificate: not measured ({cert['skipped']})")
     stability = res.metrics.get("stability")
@@ -88,11 +90,16 @@ def print_prune_summary(res) -> None:
     for line in summary_lines(res.metrics, plan):  # the --serve constraint, model.gguf, serving
         print(line)
     out = res.output
+    estimate = (res.metrics.get("estimate") or {}).get("prune")
+    if estimate and "seconds" in estimate:
+        print(time_line(res.metrics, estimate))
     print(f"checkpoint: {out}")
-    print(
-        f"next: swapprune eval --model {_q(out)} --tasks wikitext2_ppl,lambada "
-        f"--output {_q(out / 'eval.json')}"
-    )
+    context = None
+    if res.model is not None:
+        from swapprune.model.arch import context_length
+
+        context = context_length(res.model.config)
+    print(f"next: {next_steps.eval_pruned(res.config, out, context)}")
 
 
 def print_score_summary(res, resumed: bool, top: int = 5) -> None:
@@ -120,10 +127,10 @@ def print_score_summary(res, resumed: bool, top: int = 5) -> None:
     if line:
         print(line)
     print(f"wrote {res.output}")
-    print(f"next: swapprune --scores {_q(res.output)} --budget 4 --protocol interchange")
+    print(f"next: {next_steps.prune_from_scores(res.config, res.output, res.scores)}")
 
 
-def print_eval_summary(res, baseline=None) -> None:
+def print_eval_summary(res, baseline=None, baseline_given: bool = False) -> None:
     from swapprune.evaluation import compare
 
     result = res.eval.get("base")
@@ -140,15 +147,29 @@ def print_eval_summary(res, baseline=None) -> None:
                 b = baseline.tasks[name].metrics[metric].value
                 change = f"{(m.value / b - 1) * 100:+.1f}%" if b else "n/a"
                 try:
-                    names = ("baseline", "this model")
-                    verdict = compare(baseline, result, name, metric, names=names)[1].label
+                    names = ("the baseline", "this model")
+                    verdict = both_sides(compare(baseline, result, name, metric, names=names)[1])
                 except Exception as e:  # units that do not pair (another limit or tokenizer)
                     verdict = f"not paired: {e}"
                 line += f"; vs baseline {b:.4g}: {change} ({verdict})"
             print(line)
     print(f"wrote {res.output}")
-    if baseline is None:
-        print("next: evaluate the unpruned model the same way and pass it as --baseline")
+    step = next_steps.eval_next(
+        getattr(res, "config", None), baseline_given or baseline is not None
+    )
+    if step:
+        print(f"next: {step}")
+    elif baseline is None:
+        print(f"to compare a pruned model against this one: --baseline {_q(res.output)}")
+
+
+def both_sides(verdict) -> str:
+    """A verdict's label with the loser named too: ``"this model better than the baseline"``."""
+    label = verdict.label
+    if verdict.outcome in ("a_better", "b_better"):
+        loser = verdict.b if verdict.outcome == "a_better" else verdict.a
+        label = label.replace(" better", f" better than {loser}", 1)
+    return label
 
 
 def print_run_summary(res) -> None:
@@ -166,15 +187,34 @@ def print_run_summary(res) -> None:
         print(f"run directory: {res.output}")
 
 
-def certificate_fix(cert: dict) -> str:
-    """What to run when a cut is not certified."""
+def certificate_fix(cert: dict, config, out) -> str:
+    """What to run when a cut is not certified: the same cut on twice the held-out windows."""
     n = cert["heldout"]["windows"]
     return (
         f"not certified: a plausible set may be up to {cert['r95_points']:.2f} dPPL points "
-        f"better (tolerance {cert['delta_points']:.2f}); next: more held-out windows "
-        f"(--heldout-prompts {2 * n}) for a sharper certificate, --adaptive on to probe "
-        "until certified, or a looser --certify-delta"
+        f"better (tolerance {cert['delta_points']:.2f}); a looser --certify-delta accepts it, "
+        f"more held-out windows sharpen it; next: "
+        f"{next_steps.heldout_rerun(config, out, 2 * n)}"
     )
+
+
+def time_line(metrics: dict, estimate: dict) -> str:
+    """The time the run took, beside what was estimated before it started."""
+    from swapprune.engine.estimate import duration
+
+    wall = metrics.get("wall_s", {})
+    counted = {k: v for k, v in wall.items() if k in ESTIMATED}
+    said = f"~{duration(estimate['seconds'])}"
+    if "at_most_s" in estimate:
+        said += f", at most ~{duration(estimate['at_most_s'])}"
+    return (
+        f"time: {duration(metrics.get('total_s', 0.0))} in all; {', '.join(counted)} took "
+        f"{duration(sum(counted.values()))}, estimated {said} before the run"
+    )
+
+
+#: The stages the estimate before a prune run covers.
+ESTIMATED = ("held-out windows", "select", "patch", "cost")
 
 
 def compute_line(compute: dict) -> str:

@@ -31,8 +31,14 @@ def run(args) -> int:
         calibration=section_from(args, CalibrationConfig, "calibration"),
     )
     validate = section_from(args, ValidateConfig, "validate")
-    result, out = run_validity(cfg, validate, progress=not args.no_progress)
+    from swapprune.cli import say_to_stderr
+
+    result, out = run_validity(
+        cfg, validate, progress=not args.no_progress, say=say_to_stderr(args)
+    )
     print(validity_markdown(result), end="")
     print(f"wrote {Path(out) / 'validity.json'}")
-    print("next: prune with the criterion that predicts best: swapprune --budget 4 --protocol NAME")
+    from swapprune.cli.next_steps import prune_after_validate
+
+    print(f"next: {prune_after_validate(cfg, result)}")
     return 0

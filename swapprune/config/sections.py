@@ -49,9 +49,9 @@ class ModelConfig:
             raise SwappruneError(
                 f"unknown device '{self.device}'; use cpu, cuda, cuda:N, mps or auto"
             )
-        from swapprune.model.load import resolve_source
+        from swapprune.model.load import check_resolvable
 
-        resolve_source(self.name)
+        check_resolvable(self.name)
 
 
 @dataclass

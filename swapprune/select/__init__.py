@@ -77,7 +77,9 @@ def select(
         if spec.policy == "adaptive" and scores is None:
             from swapprune.select.adaptive import adaptive_score
 
-            result = adaptive_score(model, spec, calibration, model_id=model_id, heldout=heldout)
+            result = adaptive_score(
+                model, spec, calibration, model_id=model_id, heldout=heldout, progress=progress
+            )
             scores, record, tiebreak = result.scores, result.to_dict(), result.tiebreak
             meta = scores.meta["adaptive"]
             if meta["stop_rule"] == "certificate":

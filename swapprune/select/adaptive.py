@@ -293,6 +293,7 @@ def adaptive_score(
     criteria: Sequence[Criterion] | None = None,
     model_id: str = "",
     heldout=None,
+    progress: bool = False,
 ) -> AdaptiveResult:
     """Score ``model``'s adjacent pairs adaptively on a window ``pool`` (see the module docstring).
 
@@ -307,6 +308,7 @@ def adaptive_score(
         model_id: recorded in the scores.
         heldout: :class:`~swapprune.select.certify.Heldout` windows: the loop stops on
             the certificate (with ``spec.certify``); ``None``: on the frequency.
+        progress: a progress bar over each tranche's probes.
     """
     import torch
 
@@ -333,7 +335,7 @@ def adaptive_score(
             positions=spec.positions,
             batch_size=spec.batch_size,
             model_id=model_id,
-            progress=False,
+            progress=progress,
             n_boot=10,
         )
         counter["block_evals"] += res.meta["timing"]["block_evals"]

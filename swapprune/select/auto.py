@@ -132,7 +132,7 @@ def select_auto(
             from swapprune.select.adaptive import adaptive_score
 
             crits = [criteria_mod.get(p) for p in criteria_mod.SWAP]
-            res = adaptive_score(model, spec, calibration, crits, model_id, heldout)
+            res = adaptive_score(model, spec, calibration, crits, model_id, heldout, progress)
             scores, adaptive_record = res.scores, res.to_dict()
             adaptive_record.pop("stability")
             if scores.meta["adaptive"]["stop_rule"] == "certificate":

@@ -29,7 +29,11 @@ from swapprune.stats.bootstrap import resample_indices
 
 THRESHOLD = 0.5
 # What a user runs to fix an unstable selection (the run command's flags).
-FIX_HINT = "add windows (--adaptive, or --prompts {more}) or let the model decide (--protocol auto)"
+FIX_HINT = (
+    "add windows (--prompts {more}, or --adaptive on: tranches until the choice settles; "
+    "by default they run only for a certified swap-criterion cut) or let the model decide "
+    "(--protocol auto)"
+)
 
 
 @dataclass

@@ -86,8 +86,11 @@ class CompareJob:
         return self
 
 
-def run_compare(job: CompareJob, progress: bool = True) -> dict:
-    """Run the comparison and write ``results.json``, ``results.md`` and plots into the output."""
+def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
+    """Run the comparison and write ``results.json``, ``results.md`` and plots into the output.
+
+    ``say``: receives the lines of the estimate before the probes start (``None``: silent).
+    """
     from tqdm.auto import tqdm
 
     from swapprune import stages
@@ -115,10 +118,16 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
     probes = sorted(
         {p for spec in specs.values() for p in spec.probes} | {"replacement", "interchange"}
     )
+    if say is not None:
+        _forecast(job, loaded, calibration, probes, specs, say)
     t0 = time.perf_counter()
     cache.mkdir(parents=True, exist_ok=True)
     if job.compare.scores:
+        from swapprune.select.reuse import check_reused
+
         scores = stages.reuse_scores(job.compare.scores, loaded)
+        for spec in specs.values():  # a cell must not probe again what the file lacks
+            check_reused(scores, spec, job.compare.scores, flag="--criteria")
     else:
         score_cfg = dataclasses.replace(
             job.run,
@@ -298,6 +307,25 @@ def run_compare(job: CompareJob, progress: bool = True) -> dict:
         indent=2,
     )
     return results
+
+
+def _forecast(job: CompareJob, loaded, calibration, probes, specs, say) -> None:
+    """Say what the comparison will compute and how long it takes (and its quick look)."""
+    from swapprune import forecast as fc
+
+    quick_run = fc.quick_of(job.run)
+    limit = job.eval.limit or QUICK_LIMIT
+    quick_run = dataclasses.replace(quick_run, eval=dataclasses.replace(job.eval, limit=limit))
+    quick_job = dataclasses.replace(job, run=quick_run)
+    plan = fc.comparison(job, loaded.facts, loaded.tokenizer, probes, specs)
+    quick = fc.comparison(quick_job, loaded.facts, loaded.tokenizer, probes, specs)
+    c = quick_run.calibration
+    plan.quick_flag = f"--prompts {c.prompts} --tokens {c.tokens} --limit {limit}"
+    fc.announce(plan, loaded.model, calibration, job.calib.batch_size, say, quick)
+
+
+#: Contract windows of a quick comparison (``--limit``): a first look, not the contract.
+QUICK_LIMIT = 6
 
 
 def _default_score():

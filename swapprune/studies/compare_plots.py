@@ -8,9 +8,16 @@ module; nothing here computes them.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
+
+#: One marker and dash per method, so lines that lie on each other stay apart.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+DASHES = ("-", "--", "-.", ":")
+#: Methods at one budget are drawn this far apart on the budget axis (a fraction of a step).
+SPREAD = 0.12
 
 
 def _short(model: str) -> str:
@@ -45,35 +52,59 @@ def write_plots(results: dict, scores, out: Path) -> list[Path]:
     from matplotlib.ticker import MaxNLocator
 
     written = []
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
     labels = sorted({lab for e in results["budgets"] for lab in e["methods"]})
+    named = [lab for lab in labels if not lab.startswith("random:")]
     seen_random = False
     for lab in labels:
         pts = [(e["budget"], e["methods"][lab]) for e in results["budgets"] if lab in e["methods"]]
         pts = [(b, m) for b, m in pts if m["cost_pct"] is not None]
         if not pts:
             continue
-        xs = [b for b, _ in pts]
         ys = [m["cost_pct"] for _, m in pts]
         if lab.startswith("random:"):
+            xs = [b for b, _ in pts]
             ax.plot(
                 xs,
                 ys,
                 color="grey",
                 alpha=0.35,
                 lw=1,
-                label=None if seen_random else "random (one line per seed)",
+                label=None if seen_random else "random (one line per seed, labelled at its end)",
+            )
+            ax.annotate(
+                f"seed {lab.split(':', 1)[1]}",
+                (xs[-1], ys[-1]),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=6,
+                color="grey",
+                va="center",
             )
             seen_random = True
             continue
-        (line,) = ax.plot(xs, ys, label=lab, lw=2, marker="o")
+        k = named.index(lab)
+        # Methods that cost the same would hide each other: each gets its own small offset
+        # along the budget axis, marker and dash.
+        shift = (k - (len(named) - 1) / 2) * SPREAD / max(1, len(named) - 1) * 2
+        xs = [b + shift for b, _ in pts]
+        (line,) = ax.plot(
+            xs,
+            ys,
+            label=lab,
+            lw=1.8,
+            marker=MARKERS[k % len(MARKERS)],
+            ls=DASHES[k % len(DASHES)],
+            ms=5,
+        )
         lo = [m["cost_pct_ci"][0] for _, m in pts]
         hi = [m["cost_pct_ci"][1] for _, m in pts]
-        ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+        ax.fill_between(xs, lo, hi, alpha=0.12, color=line.get_color())
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("blocks removed (budget n)")
     ax.set_ylabel(f"cost: {results['primary']['metric']} change vs unpruned (%)")
-    ax.set_title(f"{_short(results['model'])}: pruning cost ({_setting(results)})", fontsize=9)
+    title = f"{_short(results['model'])}: pruning cost ({_setting(results)})"
+    ax.set_title(textwrap.fill(title, 72), fontsize=9)  # wrapped, never cut off
     handles, names = ax.get_legend_handles_labels()
     handles.append(Patch(color="grey", alpha=0.15))
     names.append("shaded: 95% bootstrap CI")
@@ -110,11 +141,12 @@ def plot_scores(scores, out: Path) -> list[Path]:
     written = []
     if adj and protos:
         fig, ax = plt.subplots(figsize=(7, 3.8))
-        for p in protos:
+        for k, p in enumerate(protos):
             ax.plot(
                 [i for i, _ in adj],
                 [scores.distance(p, i, j) for i, j in adj],
-                marker="o",
+                marker=MARKERS[k],
+                ls=DASHES[k],
                 label=names[p],
             )
         ax.axhline(

@@ -300,12 +300,14 @@ def _num_windows(values) -> int:
     return int(values.shape[0])
 
 
-def run_validity(run, validate, progress: bool = True) -> tuple[dict, Path]:
+def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, Path]:
     """``swapprune validate``: the run's own stages (check, load, calibrate), then the check.
 
     Args:
         run: a :class:`~swapprune.config.RunConfig` (model and calibration).
         validate: the :class:`~swapprune.config.ValidateConfig`.
+        progress: progress bars.
+        say: receives the lines of the estimate before the work starts (``None``: silent).
 
     Returns:
         The result and the directory the report was written to.
@@ -330,6 +332,14 @@ def run_validity(run, validate, progress: bool = True) -> tuple[dict, Path]:
         target = windows_from_text(
             text, loaded.tokenizer, c.prompts, c.tokens, c.seed, validate.target
         )
+    if say is not None:
+        from swapprune import forecast as fc
+
+        n = target.input_ids.shape[0] if target is not None else 0
+        plan = fc.validity(run, validate, loaded.facts, n)
+        quick_run = fc.quick_of(run)  # the target windows follow the calibration's size
+        quick = fc.validity(quick_run, validate, loaded.facts, n and quick_run.calibration.prompts)
+        fc.announce(plan, loaded.model, calibration, c.batch_size, say, quick)
     result = predictor_validity(
         loaded.model,
         calibration,

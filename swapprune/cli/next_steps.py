@@ -1,0 +1,133 @@
+"""The "next:" line of each command: a command that works as printed.
+
+Each is the run's own configuration, changed where the next step differs, and
+written back as a command line (:func:`swapprune.config.argv.command_line`), so
+it carries the model, the calibration windows, the scores file and the settings
+that the run used. A step that has no command (an unpruned model evaluated on
+its own) prints no "next:" line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from swapprune.config import EvalConfig, ModelConfig, RunConfig, SelectConfig
+from swapprune.config.argv import changed, command_line, default_output, prune_command
+from swapprune.config.fields import default_of
+
+#: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.
+EVAL_TASKS = ["wikitext2_ppl"]
+
+
+def small_budget(num_layers: int) -> int:
+    """A budget any strategy can meet on ``num_layers`` blocks (at most 4)."""
+    return max(1, min(4, (num_layers - 1) // 4))
+
+
+def eval_pruned(cfg: RunConfig, out: Path, context: int | None = None) -> str:
+    """Evaluate the checkpoint against the model it came from, in one command (windows no
+    longer than the model's ``context``)."""
+    evaluation = EvalConfig(tasks=EVAL_TASKS, output=str(out / "eval.json"))
+    if context is not None and context < evaluation.max_length:
+        evaluation.max_length = context
+    run = RunConfig(model=ModelConfig(name=str(out)), eval=evaluation)
+    return command_line(run, "eval", extra=("--baseline", cfg.model.name))
+
+
+def heldout_rerun(cfg: RunConfig, out: Path, windows: int) -> str:
+    """The cut certified again on more held-out windows, on the probes already measured."""
+    assert cfg.prune is not None
+    scores = out / "scores.json"
+    run = changed(
+        cfg,
+        prune={"heldout_prompts": windows, **({"scores": str(scores)} if scores.is_file() else {})},
+        export={"output": f"{out}-heldout{windows}", "overwrite": False},
+    )
+    return command_line(run)
+
+
+def prune_from_scores(cfg: RunConfig, scores_path, scores) -> str:
+    """Select on a scores file just written: same model and windows, a criterion it holds."""
+    have = scores.protocols()
+    protocol = "interchange" if "interchange" in have else (have[0] if have else "interchange")
+    budget = small_budget(scores.num_layers)
+    run = changed(
+        cfg,
+        score=None,
+        prune={"budget": budget, "protocol": protocol, "scores": str(scores_path)},
+        export={"output": default_output(cfg.model.name, protocol, budget)},
+        cost={},
+    )
+    return command_line(run)
+
+
+def prune_after_compare(job, results: dict, scores_path) -> str:
+    """Write the checkpoint of the cheapest cut at the smallest budget compared."""
+    entry = min(results["budgets"], key=lambda e: e["budget"])
+    costs = {
+        label: m["cost_pct"]
+        for label, m in entry["methods"].items()
+        if m.get("cost_pct") is not None and not label.startswith("random")
+    }
+    label = min(costs, key=lambda k: costs[k]) if costs else job.compare.criteria[0]
+    cell, _, patch = label.partition("+")  # a patched cell: CRITERION[@...]+linear
+    from swapprune.config.cells import cell_select
+
+    sel = cell_select(cell.split(":")[0] if cell.startswith("random") else cell)
+    extra: dict = {"scores": str(scores_path)} if scores_path else {}
+    if patch:
+        extra["patch"] = patch
+    for name in ("strategy", "op", "merge", "auto_shortlist"):  # what the entry's @-parts set
+        value = getattr(sel, name)
+        if value != default_of(SelectConfig, name):
+            extra[name] = value
+    run = RunConfig(model=job.run.model, calibration=job.run.calibration)
+    return prune_command(run, entry["budget"], sel.protocol, **extra)
+
+
+def prune_after_validate(cfg: RunConfig, result: dict) -> str:
+    """Prune with the criterion whose removability predicted the deletion cost best."""
+    rows = {
+        k: v["spearman"]
+        for k, v in result["criteria"].items()
+        if k not in ("random", "reverse") and v["spearman"] == v["spearman"]
+    }
+    best = max(rows, key=lambda k: rows[k]) if rows else "interchange"
+    return prune_command(cfg, small_budget(result["num_layers"]), best)
+
+
+def eval_next(cfg: RunConfig | None, baseline_given: bool) -> str | None:
+    """After an evaluation: compare a checkpoint swapprune wrote against its base model."""
+    if baseline_given or cfg is None:
+        return None
+    base = _base_of(cfg.model.name)
+    if base is None:
+        return None  # an unpruned model: nothing to compare it against
+    return command_line(cfg, "eval", extra=("--baseline", base))
+
+
+def _base_of(model: str) -> str | None:
+    """The ``--model`` a swapprune checkpoint was made from (its provenance), if any."""
+    try:
+        prov = json.loads((Path(model) / "provenance.json").read_text())
+        return prov["invocation"]["config"]["model"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def cheaper_cut(config: RunConfig, plan) -> str | None:
+    """The command to try when a cut costs too much: half the budget; at budget 1 the verified
+    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
+    from swapprune.select.spec import names
+
+    applied = config.prune is None or config.prune.plan is not None
+    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
+    budget = plan.budget or len(plan.removed)
+    if budget > 1:
+        return prune_command(config, budget // 2, protocol)
+    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
+        return prune_command(config, 1, "auto")
+    if config.prune is not None and config.prune.patch == "none":
+        return prune_command(config, 1, None, patch="linear")
+    return None

@@ -1,0 +1,390 @@
+"""What a run will do and how long it should take on this machine, said before it starts.
+
+Every command that scores prints this first: the pieces of work its
+configuration implies (probes, the tranche schedule's first look, the
+certificate's held-out evaluations, the patch fit, the cost check), each counted
+by :mod:`swapprune.engine.estimate`, and their time from one timed base pass on
+the run's own windows (:func:`~swapprune.engine.estimate.measure_rates`). Above
+:data:`QUICK_ABOVE_S` on a CPU it also names the quick path and what that would
+take, from the same timing.
+
+Counts are exact for probes and plain passes; evaluations of pruned models (the
+certificate, ``auto``'s beam) are upper bounds ("at most"), since which sets get
+evaluated is decided on the way. Loading, saving and the self-check are not
+counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from swapprune.engine.estimate import Rates, Work, duration, pass_work, probe_work, set_work
+
+if TYPE_CHECKING:
+    from swapprune.config import RunConfig
+
+#: Runs forecast above this many seconds on a CPU name the quick path.
+QUICK_ABOVE_S = 180.0
+#: Tokens of a window of the matched contract (the cost check, wikitext2_ppl).
+CONTRACT_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a run's work: ``what`` it is, its compute, and whether that is a bound."""
+
+    what: str
+    work: Work
+    bound: bool = False
+
+
+@dataclass
+class Forecast:
+    """The work of a run, split into what it surely does and what it may do after.
+
+    Attributes:
+        plan: one phrase: what the run will do.
+        parts: work the run does (for tranches: through the first look).
+        later: work it may do after that (further looks, ``auto``'s beam), at most.
+        notes: work that is not counted, in words.
+        rates: the timing, or ``None`` for runs too small to be worth timing.
+        quick: the same forecast at the ``--quick`` settings, when that is named.
+        quick_flag: how the quick path is asked for on this command.
+    """
+
+    plan: str
+    parts: list[Part] = field(default_factory=list)
+    later: list[Part] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rates: Rates | None = None
+    quick: Forecast | None = None
+    quick_flag: str = "--quick"
+    windows: str = ""
+
+    @property
+    def work(self) -> Work:
+        out = Work()
+        for p in self.parts:
+            out += p.work
+        return out
+
+    def seconds(self, parts: list[Part] | None = None) -> float:
+        assert self.rates is not None
+        return sum(self.rates.seconds(p.work) for p in (self.parts if parts is None else parts))
+
+    def most_seconds(self) -> float:
+        """The time if everything it may do is done (every look, ``auto``'s beam)."""
+        return self.seconds() + self.seconds(self.later)
+
+    def lines(self, threads: str = "") -> list[str]:
+        """The lines printed before the run (``[estimate] ...``)."""
+        r = self.rates
+        pieces = []
+        for k, p in enumerate(self.parts):
+            n = f"{'at most ' if p.bound else ''}{p.work.block_evals}"
+            n += " block evaluations" if k == 0 else ""
+            pieces.append(f"{p.what} {n}" + (f" (~{duration(r.seconds(p.work))})" if r else ""))
+        out = [f"[estimate] {self.plan}"]
+        if r is None:
+            out.append(f"[estimate] {', '.join(pieces)}")
+        else:
+            first = " if the first look is enough" if self.later else ""
+            out.append(f"[estimate] ~{duration(self.seconds())}{first}: {', '.join(pieces)}")
+            if self.later:
+                later = ", ".join(f"{p.what} ~{duration(r.seconds(p.work))}" for p in self.later)
+                most = duration(self.most_seconds())
+                out.append(f"[estimate] if needed after that: {later}; at most ~{most} in all")
+            out.append(
+                f"[estimate] measured here: {r.block_ms():.0f} ms per block on {r.shape[0]} x "
+                f"{r.shape[1]} tokens at {threads or f'{r.threads} torch threads'}; loading, "
+                "saving and the self-check not counted"
+            )
+        out += [f"[estimate] not counted: {n}" for n in self.notes]
+        if self.quick is not None and self.quick.rates is not None:
+            q = self.quick
+            took = f"~{duration(q.seconds())}"
+            if duration(q.most_seconds()) != duration(q.seconds()):
+                took += f", at most ~{duration(q.most_seconds())}"
+            out.append(
+                f"[estimate] that may take more than {duration(QUICK_ABOVE_S)} on a CPU; for a "
+                f"first look, {self.quick_flag} ({q.windows}) takes {took}"
+            )
+        return out
+
+
+# -- the pieces ----------------------------------------------------------------------------
+
+
+def _pairs(num_layers: int) -> list[tuple[int, int]]:
+    return [(i, i + 1) for i in range(num_layers - 1)]
+
+
+def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
+    """The selection of ``cfg.prune`` (probes or tranches, tie-break, certificate), then the
+    patch fit and the cost check."""
+    from swapprune.config.select import heldout_tokens
+
+    p, c = cfg.prune, cfg.calibration
+    assert p is not None
+    L, n, bs = facts.num_layers, spec.budget, c.batch_size
+    crit, probes = spec.criterion, spec.probes
+    h, t = p.heldout_prompts, heldout_tokens(p, facts.context_length)
+    parts: list[Part] = []
+    later: list[Part] = []
+    notes: list[str] = []
+    pairs = f"{'/'.join(probes)} probes of {L - 1} adjacent pairs"
+    what = f"{spec.name}, {n} of {L} blocks: "
+    tranches = spec.policy in ("adaptive", "auto") and not scores_given
+    if scores_given:
+        what += f"probes reused from {p.scores or 'the scores given'}"
+    elif tranches:
+        a = spec.adaptive
+        looks = a.max_windows // a.tranche
+        stop = f"certified on {h} held-out windows x {t} tokens" if spec.certify else "stable"
+        what += (
+            f"{pairs} in tranches of {a.tranche} windows x {c.tokens} tokens (up to "
+            f"{a.max_windows}) until the cut is {stop}"
+        )
+        look = probe_work(L, _pairs(L), probes, a.tranche, c.tokens, bs, c.positions)
+        parts.append(Part("probes", look))
+        if crit.tiebreak == "residual" or spec.policy == "auto":
+            parts.append(Part("tiebreak passes", pass_work(L, a.tranche, c.tokens, bs, head=False)))
+        if looks > 1:
+            if spec.certify:  # a later look evaluates only the sets it has not seen
+                look += set_work(L, n, spec.certify_sets, h, t, bs) - pass_work(
+                    L, h, t, bs, head=False
+                )
+            more = f"{looks - 1} more look{'s' if looks > 2 else ''}"
+            later.append(Part(more, look.times(looks - 1), bound=True))
+    elif probes:
+        what += f"{pairs} on {c.prompts} windows x {c.tokens} tokens"
+        parts.append(
+            Part("probes", probe_work(L, _pairs(L), probes, c.prompts, c.tokens, bs, c.positions))
+        )
+    else:
+        what += f"ranked by {crit.name} on {c.prompts} windows x {c.tokens} tokens"
+    if crit.needs_model or spec.strategy.queries_model or not probes:
+        notes.append(f"the passes of {crit.name}/{spec.strategy.name} over the calibration windows")
+    if spec.certify:
+        if not tranches:
+            what += f"; certified on {h} held-out windows x {t} tokens"
+        sets = spec.certify_sets + 1  # the plausible sets and the unpruned model
+        parts.append(Part("certificate", set_work(L, n, sets, h, t, bs), bound=True))
+    if spec.policy == "auto":
+        from swapprune.select.auto import default_cap
+
+        cap = min(default_cap(n, spec.constraints), spec.max_oracle_calls)
+        later.append(
+            Part(f"the beam if both-high ({cap} calls)", set_work(L, n, cap, h, t, bs), True)
+        )
+    if p.patch != "none":
+        ctx = facts.context_length
+        tp = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
+        fit = pass_work(L, p.patch_prompts, tp, bs, head=False)
+        parts.append(Part("patch fit", fit + pass_work(L - n, p.patch_prompts, tp, bs, head=False)))
+        what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
+    if cfg.cost is not None:
+        part = cost_part(cfg, facts, n)
+        parts.append(part)
+        what += f"; then the {part.what}"
+    return Forecast(what, parts, later, notes, windows=f"{c.prompts} x {c.tokens} windows")
+
+
+def cost_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
+    """Base and pruned perplexity on the first windows of the matched contract."""
+    assert cfg.cost is not None
+    w = windows or cfg.cost.windows or 25  # 0: the whole contract, ~25 windows of SmolLM2's
+    t = (
+        CONTRACT_TOKENS
+        if facts.context_length is None
+        else min(CONTRACT_TOKENS, facts.context_length)
+    )
+    L = facts.num_layers
+    runs = 3 if cfg.prune is not None and cfg.prune.patch != "none" else 2
+    work = pass_work(L, w, t, 8) + pass_work(L - budget, w, t, 8).times(runs - 1)
+    return Part(f"cost check on {w} contract windows", work)
+
+
+def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
+    """``cfg.score``: its probes on the calibration windows (pairs already in the file skipped)."""
+    from swapprune.engine.orders import parse_pairs
+
+    s, c = cfg.score, cfg.calibration
+    assert s is not None
+    L = facts.num_layers
+    pairs = parse_pairs(s.pairs, L) if s.pairs else []
+    todo = [q for q in pairs if q not in (done or set())]
+    what = f"{'/'.join(s.probes)} probes of {len(todo)} pairs on {c.prompts} windows x {c.tokens} tokens"
+    if done:
+        what += f" ({len(pairs) - len(todo)} pairs already in {s.output})"
+    probes = [q for q in s.probes if q != "deletion" or not done]
+    work = probe_work(L, todo, probes, c.prompts, c.tokens, c.batch_size, c.positions)
+    return Forecast(what, [Part("probes", work)], windows=f"{c.prompts} x {c.tokens} windows")
+
+
+def quick_of(cfg: RunConfig) -> RunConfig:
+    """``cfg`` at the ``--quick`` settings (:data:`swapprune.config.QUICK`)."""
+    from swapprune.config.argv import QUICK
+
+    out = cfg
+    for key, value in QUICK.items():
+        section, name = key.split(".")
+        sub = getattr(out, section)
+        if sub is not None and hasattr(sub, name):
+            out = dataclasses.replace(out, **{section: dataclasses.replace(sub, **{name: value})})
+    return out
+
+
+def quick_selection(cfg: RunConfig, facts, scores_given: bool) -> Forecast | None:
+    """:func:`selection` at the ``--quick`` settings, or ``None`` when those do not apply."""
+    from swapprune.errors import SwappruneError
+
+    quick = quick_of(cfg)
+    try:
+        return selection(quick, facts, quick.check_model(facts), scores_given)
+    except SwappruneError:
+        return None
+
+
+def timed(forecast: Forecast, rates: Rates | None, cpu: bool, quick: Forecast | None = None):
+    """Attach the timing, and the quick path when the run is long on a CPU."""
+    forecast.rates = rates
+    if rates is None or not cpu or quick is None:
+        return forecast
+    quick.rates = rates
+    # Named on what the run may take (every look), the wait a user has to decide on.
+    long = forecast.most_seconds() > QUICK_ABOVE_S
+    if long and quick.most_seconds() < 0.7 * forecast.most_seconds():
+        forecast.quick = quick
+    return forecast
+
+
+def worth_timing(work: Work, num_layers: int) -> bool:
+    """Whether a run is long enough that one timed base pass is small next to it."""
+    return work.block_evals > 4 * num_layers
+
+
+def announce(forecast: Forecast, model, calibration, batch_size: int, say, quick=None, rates=None):
+    """Time the run here (unless it is small, or ``rates`` are given), then say the forecast.
+
+    Returns:
+        The :class:`~swapprune.engine.estimate.Rates` used, for a later forecast of the run.
+    """
+    from swapprune.engine import threads
+    from swapprune.engine.estimate import measure_rates
+    from swapprune.model.stack import decoder_stack
+
+    L = decoder_stack(model).num_layers
+    total = forecast.work
+    for p in forecast.later:
+        total += p.work
+    if rates is None and calibration is not None and worth_timing(total, L):
+        rates = measure_rates(model, calibration.input_ids, batch_size)
+    cpu = next(model.parameters()).device.type == "cpu"
+    timed(forecast, rates, cpu, quick)
+    for line in forecast.lines(threads.describe(rates.threads) if rates else ""):
+        say(line)
+    return rates
+
+
+def record(forecast: Forecast) -> dict:
+    """The forecast as ``metrics.json`` keeps it, to set beside the time taken."""
+    out: dict = {"plan": forecast.plan, "block_evals": forecast.work.block_evals}
+    if forecast.rates is not None:
+        out["seconds"] = round(forecast.seconds(), 1)
+        if forecast.later:
+            out["at_most_s"] = round(forecast.most_seconds(), 1)
+        out["threads"] = forecast.rates.threads
+    return out
+
+
+def contract_windows(tokenizer, words: int, max_length: int, limit: int | None = None) -> int:
+    """Windows of the matched contract with this tokenizer (what wikitext2_ppl scores)."""
+    from swapprune.evaluation import contract
+    from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_windows, tokenize
+
+    ids = tokenize(tokenizer, first_words(TEST_TEXT.read_text(encoding="utf-8"), words))
+    n = len(sliding_windows(len(ids), max_length, contract.stride(max_length)))
+    return min(n, limit) if limit else n
+
+
+def comparison(job, facts, tokenizer, probes, specs) -> Forecast:
+    """``swapprune compare``: the shared probes, then one evaluation per model."""
+    from swapprune.evaluation.names import WIKITEXT2_PPL
+
+    cmp, c, e = job.compare, job.run.calibration, job.eval
+    L = facts.num_layers
+    methods = sorted({label for label, _ in specs})
+    parts: list[Part] = []
+    what = f"{len(methods)} methods x budgets {','.join(map(str, cmp.budgets))}"
+    if cmp.scores:
+        what += f"; probes reused from {cmp.scores}"
+    else:
+        from swapprune.engine.orders import parse_pairs
+
+        pairs = parse_pairs(cmp.pairs, L)
+        work = probe_work(L, pairs, probes, c.prompts, c.tokens, c.batch_size, c.positions)
+        parts.append(Part("probes", work))
+        what += f"; {'/'.join(probes)} probes of {len(pairs)} pairs on {c.prompts} windows"
+    cells = 1 + len(specs) * (1 + sum(k != "none" for k in cmp.patches))
+    what += f"; {cells} evaluations of {', '.join(e.tasks)}"
+    notes = []
+    if WIKITEXT2_PPL in e.tasks:
+        w = contract_windows(tokenizer, e.words, e.max_length, e.limit)
+        evals = pass_work(L, w, e.max_length, e.batch_size)
+        for _, budget in specs:
+            evals += pass_work(L - budget, w, e.max_length, e.batch_size)
+        parts.append(Part(f"wikitext2_ppl ({w} windows each)", evals))
+    others = [t for t in e.tasks if t != WIKITEXT2_PPL]
+    if others:
+        notes.append(f"the evaluations of {', '.join(others)}")
+    queries = sorted(
+        {
+            s.name
+            for s in specs.values()
+            if s.strategy.queries_model or s.criterion.needs_model or s.policy == "auto"
+        }
+    )
+    if queries:
+        notes.append(f"the model queries of {', '.join(queries)}")
+    notes.append(f"results already in {cmp.output}/cache are not computed again")
+    return Forecast(what, parts, notes=notes, windows=f"{c.prompts} x {c.tokens} windows")
+
+
+def validity(run, validate, facts, target_windows: int) -> Forecast:
+    """``swapprune validate``: swap probes, then the cost of deleting each block alone."""
+    from swapprune.select.criteria import SWAP
+
+    c = run.calibration
+    L, bs = facts.num_layers, c.batch_size
+    probes = [p for p in SWAP if p in validate.criteria]
+    parts = []
+    if probes:
+        work = probe_work(L, _pairs(L), probes, c.prompts, c.tokens, bs, c.positions)
+        parts.append(Part("probes", work))
+    parts.append(Part("deletions", _deletions(L, c.prompts, c.tokens, bs)))
+    if validate.target != "calibration":
+        tw = _deletions(L, target_windows, c.tokens, bs)
+        parts.append(Part(f"deletions on {validate.target}", tw))
+    what = (
+        f"{len(validate.criteria)} criteria against the cost of deleting each of {L} blocks, "
+        f"on {c.prompts} windows x {c.tokens} tokens"
+    )
+    notes = [n for n in ("taylor",) if n in validate.criteria]
+    return Forecast(
+        what,
+        parts,
+        notes=[f"the gradient passes of {n}" for n in notes],
+        windows=f"{c.prompts} x {c.tokens} windows",
+    )
+
+
+def _deletions(num_layers: int, windows: int, tokens: int, batch_size: int) -> Work:
+    """One capture, then each block deleted alone: the blocks after it re-run from the
+    cached state, and the head at every position."""
+    L = num_layers
+    capture = pass_work(L, windows, tokens, batch_size, head=False)
+    rerun = pass_work(sum(L - 1 - b for b in range(L)), windows, tokens, batch_size, head=False)
+    return capture + rerun + Work(head_rows=L * windows * tokens)
