@@ -141,6 +141,7 @@ def test_paired_bootstrap_equivalence_identity_and_damage(ppl_run, trained, toke
     cmp, verdict = compare(ppl_run, bad, PPL, names=("base", "damaged"))
     assert cmp.difference.low > 0  # damaged perplexity higher on resampled windows
     assert verdict.outcome == "a_better" and verdict.label == "base better"
+    assert verdict.sentence == "base better than damaged"  # what metrics.json records
 
 
 def test_json_round_trip(ppl_run):

@@ -221,7 +221,7 @@ def pruning_cost(
         pruned_ppl=cmp.b,
         dppl=dppl,
         ci=(cmp.ratio.low - 1, cmp.ratio.high - 1),
-        verdict=verdict.label,
+        verdict=verdict.sentence,
         comparison=verdict.to_dict(),
         windows=info["n_windows"],
         contract_windows=total,

@@ -199,6 +199,17 @@ class Verdict:
         return self._label(self.outcome, self.mdd, self.within_margin)
 
     @property
+    def sentence(self) -> str:
+        """The label with both sides named: ``base better than cut``, ``tie (...): base vs cut``."""
+        if self.outcome == "identical":
+            return self.label
+        if self.outcome == "a_better":
+            return self.label.replace(" better", f" better than {self.b}", 1)
+        if self.outcome == "b_better":
+            return self.label.replace(" better", f" better than {self.a}", 1)
+        return f"{self.label}: {self.a} vs {self.b}"
+
+    @property
     def label_holm(self) -> str | None:
         """The label at the Holm level (None before :func:`holm_distinct`)."""
         if self.outcome_holm is None:
