@@ -67,6 +67,17 @@ test-llmcompressor: $(LLMC_STAMP)
 	$(LLMC_PY) -m pytest -q tests/test_llmcompressor.py
 	$(LLMC_PY) -m pytest -q -n auto --dist loadfile --ignore=tests/test_llmcompressor.py
 
+# The saved tokenizer files read by transformers 4.x (tokenizers only, no torch).
+TF4_VENV ?= .venv-tf4
+$(TF4_VENV)/.installed:
+	python3 -m venv $(TF4_VENV)
+	$(TF4_VENV)/bin/python -m pip install -q 'transformers==4.57.*'
+	touch $@
+
+.PHONY: test-tokenizer-4x
+test-tokenizer-4x: $(STAMP) $(TF4_VENV)/.installed
+	SWAPPRUNE_TRANSFORMERS4_PYTHON=$(TF4_VENV)/bin/python $(PY) -m pytest -q tests/test_tokenizer_files.py
+
 # Mutation testing with mutmut (configured under [tool.mutmut] in pyproject.toml) of the
 # probe plans, selection, scores artifact, bootstrap and compare report, against their fast
 # tests. Not part of CI: tens of minutes on 2 cores. Mutants and results stay in mutants/;
