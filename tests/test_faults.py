@@ -207,6 +207,7 @@ def test_two_score_runs_on_one_file_do_not_interleave(model_dir, tmp_path):
     assert out.is_file() and not (tmp_path / ".s.json.lock").exists()
 
 
+@pytest.mark.slow  # minutes on a shared 2-core machine; CI runs it in the slow step
 def test_a_killed_gguf_conversion_leaves_the_cache_usable(tmp_path):
     """A conversion killed while it holds the cache lock: the kernel drops the lock, the next
     load converts again, and no partial entry is ever used."""

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from tiny_models import save_tiny, tiny_ids, tiny_model
 
 from swapprune.api import plan_pruning
@@ -104,6 +105,7 @@ def test_sleb_one_shot_after_sleb_measures_nothing_new(monkeypatch):
     assert one.scores["oracle_calls"] == 6
 
 
+@pytest.mark.slow  # minutes on a shared 2-core machine; CI runs it in the slow step
 def test_compare_selections_are_unchanged_by_sharing(tmp_path, monkeypatch):
     """compare with SLEB, SLEB one-shot and auto: the same plans as with sharing off."""
     from swapprune.config import (

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import yaml
 from tiny_models import save_tiny
 
@@ -12,6 +13,7 @@ from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, SelectCo
 SETTINGS = ["--prompts", "4", "--tokens", "32", "--seed", "3", "--no-progress"]
 
 
+@pytest.mark.slow  # minutes on a shared 2-core machine; CI runs it in the slow step
 def test_prune_run_compare_and_python_agree(tmp_path):
     """The CLI, a recipe and the Python API give one plan, certified alike; compare measures
     the criterion's own choice, which is the plan of a run without the certificate."""
