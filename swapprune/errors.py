@@ -12,7 +12,16 @@ from collections.abc import Iterable
 
 
 class SwappruneError(Exception):
-    """An error caused by user input, reported as one line, exit status 2."""
+    """An error caused by user input, reported as one line, exit status 2.
+
+    Line breaks in the message (a value the user typed, echoed back) are written as
+    ``\\n``, so the report stays one line whatever the input was.
+    """
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        if isinstance(message, str):
+            message = message.replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(message, *args)
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
