@@ -217,7 +217,11 @@ def report(args) -> str:
             comp = row.get("compute") or {}
             bt = (comp.get("total") or comp).get("block_tokens")
             if a.startswith("fixed"):
-                bt = (bt or 0) + r["probes"]["block_tokens"]
+                # The probes' forward passes, from the scores file (a resumed run's own
+                # record counts only what it added).
+                kept = d / f"{a}-scores.json"
+                probes = json.loads(kept.read_text())["timing"] if kept.is_file() else r["probes"]
+                bt = (bt or 0) + probes["block_tokens"]
             win = (row.get("adaptive") or {}).get("windows") or (r.get("probes") or {}).get(
                 "windows"
             )
