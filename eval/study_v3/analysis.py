@@ -245,6 +245,30 @@ def load_input(results_dir: Path, budget: int) -> tuple[dict, dict]:
     return {"contracts": contracts, "seeds": seeds}, raw
 
 
+def auto_certificate(cache: Path, res: dict) -> dict | None:
+    """The certificate of a seed's ``auto`` cell, from its cached plan.
+
+    The plan is found by its protocol and its regime call, which carries the seed's own
+    probe medians (two seeds never share them).
+    """
+    want = (res.get("regime") or {}).get("median_replacement")
+    for f in sorted(cache.glob("plan-*.json")):
+        p = json.loads(f.read_text())
+        auto = (p.get("scores") or {}).get("auto") or {}
+        got = (auto.get("regime") or {}).get("median_replacement")
+        if p.get("protocol") != "auto" or got is None or want is None or got != want:
+            continue
+        c = p["scores"].get("certificate") or {}
+        keep = ("certified", "r95_points", "delta_points", "p_within_delta", "mass_outside",
+                "chosen", "kept", "switched", "gain_points", "summary")
+        out = {k: c.get(k) for k in keep}
+        out["plausible_sets"] = len(c.get("sets") or [])
+        out["beam_inputs"] = auto.get("selections")
+        out["compute"] = p["scores"].get("compute")
+        return out
+    return None
+
+
 def analyse_dir(results_dir: Path, out_dir: Path) -> dict:
     import run as design  # eval/study_v3/run.py: the design constants
 
@@ -264,6 +288,7 @@ def analyse_dir(results_dir: Path, out_dir: Path) -> dict:
         for k in res["seeds"]
     }
     res["timing"] = {k: raw[k].get("timing") for k in res["seeds"]}
+    res["auto_certificate"] = {k: auto_certificate(results_dir / "cache", raw[k]) for k in res["seeds"]}
     res["design"] = {
         "seeds_planned": design.SEEDS,
         "budgets": design.BUDGETS,

@@ -131,6 +131,18 @@ def write_report(r: dict, path: Path) -> None:
         fd = g["first_divergence_mean"]
         add(f"| {m} | {by} | {'' if ag is None else f'{ag:.3f}'} | "
             f"{'' if fd is None else f'{fd:.1f}'} |")
+    add("\n## auto's certificate per seed (8 held-out 512-token windows of the seed's part)\n")
+    add("| seed | incumbent (S0) -> kept | certified | R95 (pts) | delta (pts) | plausible sets "
+        "| bootstrap mass outside |")
+    add("|---|---|---|---|---|---|---|")
+    for k in seeds:
+        c = r.get("auto_certificate", {}).get(k) or r.get("auto_certificate", {}).get(str(k))
+        if not c:
+            add(f"| {k} | (not found) | | | | | |")
+            continue
+        add(f"| {k} | {_set(c['chosen'] or [])} -> {_set(c['kept'] or [])} | {c['certified']} | "
+            f"{c['r95_points']:.2f} | {c['delta_points']:.2f} | {c['plausible_sets']} | "
+            f"{c['mass_outside']:.3f} |")
     add("\n## Regime call per seed (adjacent pairs, all positions, 16 x 64 windows)\n")
     for k in seeds:
         g = r["regime"].get(k) or r["regime"].get(str(k))
