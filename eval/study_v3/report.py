@@ -50,6 +50,9 @@ def write_report(r: dict, path: Path) -> None:
         )
     else:
         add(f"Seeds: {', '.join(map(str, seeds))} (all planned seeds finished).\n")
+    notes = path.parent / "RUN_NOTES.md"
+    if notes.exists():
+        add(notes.read_text().strip() + "\n")
     b = r["baseline"]
     add("Unpruned model: " + "; ".join(
         f"{t} perplexity {v['perplexity']['value']:.2f} "
