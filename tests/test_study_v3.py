@@ -31,8 +31,10 @@ def _data():
             "bi": {"key": "B", "removed": [2], "units": {"t": _units(bad)}},
             "auto": {"key": "A", "removed": [1], "units": {"t": _units(good)}},
         }
-    data = {"contracts": {"t": {"base": _units(base), "clusters": articles.tolist()}},
-            "seeds": seeds}
+    data = {
+        "contracts": {"t": {"base": _units(base), "clusters": articles.tolist()}},
+        "seeds": seeds,
+    }
     return data, base, good, bad
 
 

@@ -89,8 +89,13 @@ def analyse(data: dict, margin: float = 2.0, n_boot: int = 2000, seed: int = 0) 
     seeds = sorted(data["seeds"])
     methods = [m for m in data["seeds"][seeds[0]] if all(m in data["seeds"][s] for s in seeds)]
     mg = Margin(margin, "points")
-    out: dict = {"seeds": seeds, "methods": methods, "margin": margin, "n_boot": n_boot,
-                 "contracts": {}}
+    out: dict = {
+        "seeds": seeds,
+        "methods": methods,
+        "margin": margin,
+        "n_boot": n_boot,
+        "contracts": {},
+    }
     primary_rows = []
     for task, c in data["contracts"].items():
         clusters = c.get("clusters")
@@ -110,33 +115,50 @@ def analyse(data: dict, margin: float = 2.0, n_boot: int = 2000, seed: int = 0) 
             ci_c = percentile_interval(mean_c, cost_reps[j])
             ci_r = percentile_interval(float(regret.mean()), regret_reps[j])
             per_method[m] = {
-                "per_seed": {str(s): {"removed": data["seeds"][s][m]["removed"],
-                                      "cost": float(point[i, j]),
-                                      "regret": float(regret[i])}
-                             for i, s in enumerate(seeds)},
+                "per_seed": {
+                    str(s): {
+                        "removed": data["seeds"][s][m]["removed"],
+                        "cost": float(point[i, j]),
+                        "regret": float(regret[i]),
+                    }
+                    for i, s in enumerate(seeds)
+                },
                 "distinct_sets": len({data["seeds"][s][m]["key"] for s in seeds}),
                 "cost_mean": mean_c,
                 "cost_ci": [ci_c.low, ci_c.high],
                 "regret_mean": float(regret.mean()),
                 "regret_ci": [ci_r.low, ci_r.high],
-                "best_on_seeds": [s for i, s in enumerate(seeds)
-                                  if math.isclose(regret[i], 0.0, abs_tol=1e-12)],
+                "best_on_seeds": [
+                    s for i, s in enumerate(seeds) if math.isclose(regret[i], 0.0, abs_tol=1e-12)
+                ],
             }
         verdicts, diffs = [], {}
         base = np.asarray(c["base"], dtype=np.float64)
 
-        def contrast(a: str, b: str):
+        def contrast(
+            a: str, b: str, task=task, base=base, clusters=clusters, c=c, resampled=resampled
+        ):
             ua = np.stack([np.asarray(data["seeds"][s][a]["units"][task], float) for s in seeds])
             ub = np.stack([np.asarray(data["seeds"][s][b]["units"][task], float) for s in seeds])
             ka = ";".join(data["seeds"][s][a]["key"] for s in seeds)
             kb = ";".join(data["seeds"][s][b]["key"] for s in seeds)
             same = [s for s in seeds if data["seeds"][s][a]["key"] == data["seeds"][s][b]["key"]]
-            d = two_level_cost_difference(base, ua, ub, clusters, c.get("statistic", "ppl"),
-                                          100.0, n_boot, seed=seed)
+            d = two_level_cost_difference(
+                base, ua, ub, clusters, c.get("statistic", "ppl"), 100.0, n_boot, seed=seed
+            )
             v = verdict_from_replicates(
-                d.estimate, d.replicates, a=a, b=b, a_key=ka, b_key=kb,
-                higher_is_better=False, margin=mg, scope=task, resampled=resampled,
-                n_units=len(base), n_clusters=d.n_clusters,
+                d.estimate,
+                d.replicates,
+                a=a,
+                b=b,
+                a_key=ka,
+                b_key=kb,
+                higher_is_better=False,
+                margin=mg,
+                scope=task,
+                resampled=resampled,
+                n_units=len(base),
+                n_clusters=d.n_clusters,
             )
             return v, {**d.to_dict(), "resampled": resampled, "same_set_on_seeds": same}
 
@@ -155,8 +177,10 @@ def analyse(data: dict, margin: float = 2.0, n_boot: int = 2000, seed: int = 0) 
             "n_units": len(base),
             "n_clusters": len(set(clusters)),
             "methods": per_method,
-            "pairs": {f"{v.a} vs {v.b}": {**v.to_dict(), "difference": diffs[f"{v.a} vs {v.b}"]}
-                      for v in verdicts},
+            "pairs": {
+                f"{v.a} vs {v.b}": {**v.to_dict(), "difference": diffs[f"{v.a} vs {v.b}"]}
+                for v in verdicts
+            },
             "primary": [],
         }
     adjusted = holm_distinct([r[3] for r in primary_rows], family=PRIMARY_FAMILY)
@@ -222,8 +246,11 @@ def load_input(results_dir: Path, budget: int) -> tuple[dict, dict]:
         if not contracts:
             base = EvalResult.from_json(_eval_file(cache, res, list(range(L)), {}).read_text())
             for task, t in base.tasks.items():
-                metric = res["primary"]["metric"] if task == res["primary"]["task"] else next(
-                    iter(t.metrics))
+                metric = (
+                    res["primary"]["metric"]
+                    if task == res["primary"]["task"]
+                    else next(iter(t.metrics))
+                )
                 contracts[task] = {
                     "base": t.matrix(metric).tolist(),
                     "clusters": t.units.get("article"),
@@ -238,8 +265,9 @@ def load_input(results_dir: Path, budget: int) -> tuple[dict, dict]:
             seeds[k][m] = {
                 "key": cut_key(x["kept"], {int(a): b for a, b in x["merged"].items()}),
                 "removed": x["removed"],
-                "units": {t: ev.tasks[t].matrix(contracts[t]["metric"]).tolist()
-                          for t in contracts},
+                "units": {
+                    t: ev.tasks[t].matrix(contracts[t]["metric"]).tolist() for t in contracts
+                },
                 "generative": x.get("generative"),
             }
     return {"contracts": contracts, "seeds": seeds}, raw
@@ -259,8 +287,18 @@ def auto_certificate(cache: Path, res: dict) -> dict | None:
         if p.get("protocol") != "auto" or got is None or want is None or got != want:
             continue
         c = p["scores"].get("certificate") or {}
-        keep = ("certified", "r95_points", "delta_points", "p_within_delta", "mass_outside",
-                "chosen", "kept", "switched", "gain_points", "summary")
+        keep = (
+            "certified",
+            "r95_points",
+            "delta_points",
+            "p_within_delta",
+            "mass_outside",
+            "chosen",
+            "kept",
+            "switched",
+            "gain_points",
+            "summary",
+        )
         out = {k: c.get(k) for k in keep}
         out["plausible_sets"] = len(c.get("sets") or [])
         out["beam_inputs"] = auto.get("selections")
@@ -288,7 +326,9 @@ def analyse_dir(results_dir: Path, out_dir: Path) -> dict:
         for k in res["seeds"]
     }
     res["timing"] = {k: raw[k].get("timing") for k in res["seeds"]}
-    res["auto_certificate"] = {k: auto_certificate(results_dir / "cache", raw[k]) for k in res["seeds"]}
+    res["auto_certificate"] = {
+        k: auto_certificate(results_dir / "cache", raw[k]) for k in res["seeds"]
+    }
     res["design"] = {
         "seeds_planned": design.SEEDS,
         "budgets": design.BUDGETS,

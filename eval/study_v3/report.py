@@ -54,12 +54,17 @@ def write_report(r: dict, path: Path) -> None:
     if notes.exists():
         add(notes.read_text().strip() + "\n")
     b = r["baseline"]
-    add("Unpruned model: " + "; ".join(
-        f"{t} perplexity {v['perplexity']['value']:.2f} "
-        f"[{v['perplexity']['ci'][0]:.2f}, {v['perplexity']['ci'][1]:.2f}] "
-        f"({v['perplexity']['n']} windows)"
-        for t, v in b.items() if "perplexity" in v
-    ) + ".\n")
+    add(
+        "Unpruned model: "
+        + "; ".join(
+            f"{t} perplexity {v['perplexity']['value']:.2f} "
+            f"[{v['perplexity']['ci'][0]:.2f}, {v['perplexity']['ci'][1]:.2f}] "
+            f"({v['perplexity']['n']} windows)"
+            for t, v in b.items()
+            if "perplexity" in v
+        )
+        + ".\n"
+    )
     add("## Time per seed\n")
     add("| seed | wall s | CPU s | started | load average at end |")
     add("|---|---|---|---|---|")
@@ -73,17 +78,23 @@ def write_report(r: dict, path: Path) -> None:
     add("")
     for task, c in r["contracts"].items():
         add(f"## Contract: {CONTRACT_TEXT.get(task, task)}\n")
-        add(f"{c['n_units']} windows, {c['n_clusters']} resampling clusters; "
-            f"CIs: {c['resampled']} (crossed, paired), 95% percentile.\n")
+        add(
+            f"{c['n_units']} windows, {c['n_clusters']} resampling clusters; "
+            f"CIs: {c['resampled']} (crossed, paired), 95% percentile.\n"
+        )
         add("### Primary contrasts (Holm over the primary family, both contracts)\n")
-        add("| contrast | d = cost(B) - cost(A), pts [95% CI] | 90% CI (TOST) | p | p Holm "
-            "| verdict | verdict at Holm level | seeds with the same set |")
+        add(
+            "| contrast | d = cost(B) - cost(A), pts [95% CI] | 90% CI (TOST) | p | p Holm "
+            "| verdict | verdict at Holm level | seeds with the same set |"
+        )
         add("|---|---|---|---|---|---|---|---|")
         for p in c["primary"]:
             dd = p["difference"]
             if p["outcome"] == "identical":
-                add(f"| {p['contrast']} | 0 (same set on every seed) | | | | identical | identical "
-                    f"| {len(dd['same_set_on_seeds'])}/{len(seeds)} |")
+                add(
+                    f"| {p['contrast']} | 0 (same set on every seed) | | | | identical | identical "
+                    f"| {len(dd['same_set_on_seeds'])}/{len(seeds)} |"
+                )
                 continue
             add(
                 f"| {p['contrast']} | {_ci(p['estimate'], p['ci'])} | "
@@ -91,39 +102,56 @@ def write_report(r: dict, path: Path) -> None:
                 f"{p['p_holm']:.3f} | {_label(p)} | {_label(p, True)} | "
                 f"{len(dd['same_set_on_seeds'])}/{len(seeds)} |"
             )
-        add("\nPer-seed difference (pts): " + "; ".join(
-            f"{p['contrast']}: " + ", ".join(f"{x:+.1f}" for x in p["difference"]["per_seed"])
-            for p in c["primary"] if p["difference"].get("per_seed")
-        ) + "\n")
+        add(
+            "\nPer-seed difference (pts): "
+            + "; ".join(
+                f"{p['contrast']}: " + ", ".join(f"{x:+.1f}" for x in p["difference"]["per_seed"])
+                for p in c["primary"]
+                if p["difference"].get("per_seed")
+            )
+            + "\n"
+        )
         add("### Sets, costs and regret per method\n")
-        add("Cost = dPPL% vs the unpruned model on this contract. Regret = cost minus the lowest "
-            "cost of any method on the same seed (0 = that seed's best).\n")
-        add("| method | sets by seed | cost by seed | mean cost [95% CI] | distinct sets "
-            "| mean regret [95% CI] | best on seeds |")
+        add(
+            "Cost = dPPL% vs the unpruned model on this contract. Regret = cost minus the lowest "
+            "cost of any method on the same seed (0 = that seed's best).\n"
+        )
+        add(
+            "| method | sets by seed | cost by seed | mean cost [95% CI] | distinct sets "
+            "| mean regret [95% CI] | best on seeds |"
+        )
         add("|---|---|---|---|---|---|---|")
         for m in methods:
             x = c["methods"][m]
             sets = ", ".join(f"{s}: {_set(v['removed'])}" for s, v in x["per_seed"].items())
             costs = ", ".join(f"{v['cost']:+.1f}" for v in x["per_seed"].values())
-            add(f"| {m} | {sets} | {costs} | {_ci(x['cost_mean'], x['cost_ci'])} | "
+            add(
+                f"| {m} | {sets} | {costs} | {_ci(x['cost_mean'], x['cost_ci'])} | "
                 f"{x['distinct_sets']} | {_ci(x['regret_mean'], x['regret_ci'], '{:.1f}')} | "
-                f"{', '.join(map(str, x['best_on_seeds'])) or '-'} |")
+                f"{', '.join(map(str, x['best_on_seeds'])) or '-'} |"
+            )
         add("\n### Every pair (Holm over the distinct pairs of this contract)\n")
-        add("| A vs B | d pts [95% CI] | p | p Holm | verdict | at Holm level | same set on seeds |")
+        add(
+            "| A vs B | d pts [95% CI] | p | p Holm | verdict | at Holm level | same set on seeds |"
+        )
         add("|---|---|---|---|---|---|---|")
         for key, p in c["pairs"].items():
             same = p["difference"]["same_set_on_seeds"]
             if p["outcome"] == "identical":
                 add(f"| {key} | 0 | | | identical | identical | all |")
                 continue
-            add(f"| {key} | {_ci(p['estimate'], p['ci'])} | {p['p_value']:.3f} | "
+            add(
+                f"| {key} | {_ci(p['estimate'], p['ci'])} | {p['p_value']:.3f} | "
                 f"{p['p_holm']:.3f} | {_label(p)} | {_label(p, True)} | "
-                f"{', '.join(map(str, same)) or '-'} |")
+                f"{', '.join(map(str, same)) or '-'} |"
+            )
         add("")
     add("## Generative measure (greedy continuations vs the unpruned model)\n")
-    add("32 LAMBADA prompts x 32 new tokens; agreement = share of positions where the pruned "
+    add(
+        "32 LAMBADA prompts x 32 new tokens; agreement = share of positions where the pruned "
         "model's greedy choice (given the base continuation) equals the base's; first divergence "
-        "= mean first disagreeing position. Means over seeds of each seed's mean over prompts.\n")
+        "= mean first disagreeing position. Means over seeds of each seed's mean over prompts.\n"
+    )
     add("| method | agreement by seed | mean agreement | mean first divergence |")
     add("|---|---|---|---|")
     for m, g in r["generative"].items():
@@ -132,28 +160,48 @@ def write_report(r: dict, path: Path) -> None:
         )
         ag = g["agreement_mean"]
         fd = g["first_divergence_mean"]
-        add(f"| {m} | {by} | {'' if ag is None else f'{ag:.3f}'} | "
-            f"{'' if fd is None else f'{fd:.1f}'} |")
+        add(
+            f"| {m} | {by} | {'' if ag is None else f'{ag:.3f}'} | "
+            f"{'' if fd is None else f'{fd:.1f}'} |"
+        )
     add("\n## auto's certificate per seed (8 held-out 512-token windows of the seed's part)\n")
-    add("| seed | incumbent (S0) -> kept | certified | R95 (pts) | delta (pts) | plausible sets "
-        "| bootstrap mass outside |")
+    add(
+        "| seed | incumbent (S0) -> kept | certified | R95 (pts) | delta (pts) | plausible sets "
+        "| bootstrap mass outside |"
+    )
     add("|---|---|---|---|---|---|---|")
     for k in seeds:
         c = r.get("auto_certificate", {}).get(k) or r.get("auto_certificate", {}).get(str(k))
         if not c:
             add(f"| {k} | (not found) | | | | | |")
             continue
-        add(f"| {k} | {_set(c['chosen'] or [])} -> {_set(c['kept'] or [])} | {c['certified']} | "
+        add(
+            f"| {k} | {_set(c['chosen'] or [])} -> {_set(c['kept'] or [])} | {c['certified']} | "
             f"{c['r95_points']:.2f} | {c['delta_points']:.2f} | {c['plausible_sets']} | "
-            f"{c['mass_outside']:.3f} |")
+            f"{c['mass_outside']:.3f} |"
+        )
     add("\n## Regime call per seed (adjacent pairs, all positions, 16 x 64 windows)\n")
     for k in seeds:
         g = r["regime"].get(k) or r["regime"].get(str(k))
         if g:
-            keep = {kk: g[kk] for kk in ("call", "confidence", "median_replacement",
-                                         "median_interchange", "median_ir") if kk in g}
-            add(f"- seed {k}: " + ", ".join(
-                f"{kk} {v:.3f}" if isinstance(v, float) else f"{kk} {v}" for kk, v in keep.items()))
+            keep = {
+                kk: g[kk]
+                for kk in (
+                    "call",
+                    "confidence",
+                    "median_replacement",
+                    "median_interchange",
+                    "median_ir",
+                )
+                if kk in g
+            }
+            add(
+                f"- seed {k}: "
+                + ", ".join(
+                    f"{kk} {v:.3f}" if isinstance(v, float) else f"{kk} {v}"
+                    for kk, v in keep.items()
+                )
+            )
     add("\n## Selection time per cell (s, wall; 0 = cached)\n")
     for k in seeds:
         s = r["selection_s"].get(k) or r["selection_s"].get(str(k))

@@ -112,12 +112,17 @@ def run_seed(seed: int) -> dict:
         "load_average_end": list(os.getloadavg()),
     }
     (d / "times.json").write_text(json.dumps(times, indent=1) + "\n")
-    print(f"[study3] seed {seed}: {times['wall_s']:.0f} s wall, {times['cpu_s']:.0f} CPU-s", flush=True)
+    print(
+        f"[study3] seed {seed}: {times['wall_s']:.0f} s wall, {times['cpu_s']:.0f} CPU-s",
+        flush=True,
+    )
     return times
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="seeds to run (default 0-4)")
     p.add_argument("--report-only", action="store_true", help="analyse the seeds that finished")
     p.add_argument("--no-report", action="store_true", help="run the seeds, skip the analysis")
