@@ -52,7 +52,9 @@ def run(args) -> dict:
     from swapprune.calibration.windows import load_calibration
     from swapprune.config import HealConfig
     from swapprune.edit.healing import heal
+    from swapprune.edit.patch import RIDGE
     from swapprune.edit.patch_fit import fit_patches
+    from swapprune.edit.patch_io import patch_record
     from swapprune.edit.surgery import apply_plan
     from swapprune.engine.scores import ScoreResult
 
@@ -70,6 +72,7 @@ def run(args) -> dict:
         t = time.process_time()
         patches, record = fit_patches(model, plan.removed, patch_windows.input_ids)
         fit_cpu = time.process_time() - t
+        plan.patch = patch_record(patches, RIDGE, patch_windows.describe(), record)
         patched = apply_plan(copy.deepcopy(model), plan, patches=patches)
         row["patch"] = _cost(model, tok, pruned=patched) | {
             "fit_cpu_s": fit_cpu,
@@ -79,6 +82,7 @@ def run(args) -> dict:
         row["patch"]["recovery"] = _recovery(row["plain"], row["patch"])
         del patched
         if b in args.heal_budgets:
+            plan.patch = None
             healed = apply_plan(copy.deepcopy(model), plan)
             t = time.process_time()
             healed, _ = heal(healed, tok, HealConfig(steps=args.heal_steps), plan=plan)
