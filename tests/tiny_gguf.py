@@ -72,6 +72,9 @@ def write_tiny_gguf(path: Path, arch: str = "llama", layers: int = 4, seed: int 
     w.add_token_list(tokens)
     w.add_token_types([3] * n_special + [1] * (len(tokens) - n_special))
     w.add_token_merges(merges)
+    if arch == "gemma3":
+        # transformers < 5.2x reads a Gemma GGUF's vocabulary as SentencePiece and needs scores
+        w.add_token_scores([0.0] * len(tokens))
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_pad_token_id(2)
