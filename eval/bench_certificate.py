@@ -16,7 +16,7 @@ Arms (each a separate ``--arm`` so they can run in parallel, one per core):
   ``--pool``, stopping on the certificate.
 * ``adaptive-auto``: ``--protocol auto`` with the same tranches (both protocols).
 * ``fixed-auto``: ``--protocol auto`` on fixed ``--fixed-auto-windows`` x 128.
-* ``sleb``: SLEB-iterative to the largest budget on 64 x 128 windows (smaller
+* ``sleb``: SLEB-iterative to the largest budget on ``--sleb-windows`` x 128 windows (smaller
   budgets are prefixes of its order; their block-tokens are counted exactly from
   that order with the runner's own prefix rule).
 * ``bi``: Block Influence (ShortGPT), one pass.
@@ -159,12 +159,13 @@ def run_arm(arm: str, args) -> dict:
     elif arm == "sleb":
         top = max(args.budgets)
         plan, cpu, wall = timed(lambda: plan_pruning(
-            model, tok, budget=top, protocol="sleb", prompts=64, tokens=128, certify=False,
-            **common)[0])  # fmt: skip
+            model, tok, budget=top, protocol="sleb", prompts=args.sleb_windows, tokens=128,
+            certify=False, **common)[0])  # fmt: skip
         order = plan.scores["order"]
         out["order"], out["cpu_s"], out["wall_s"] = order, cpu, wall
         out["measured_compute"] = plan.scores["compute"]
-        tokens = 64 * 128
+        out["windows"] = [args.sleb_windows, 128]
+        tokens = args.sleb_windows * 128
         for b in args.budgets:
             counted = sleb_prefix_compute(order, b, L, tokens)
             out["budgets"][b] = {"removed": sorted(order[:b]), "compute": counted,
@@ -222,9 +223,8 @@ def report(args) -> str:
                 kept = d / f"{a}-scores.json"
                 probes = json.loads(kept.read_text())["timing"] if kept.is_file() else r["probes"]
                 bt = (bt or 0) + probes["block_tokens"]
-            win = (row.get("adaptive") or {}).get("windows") or (r.get("probes") or {}).get(
-                "windows"
-            )
+            adaptive, probes = row.get("adaptive") or {}, r.get("probes") or {}
+            win = adaptive.get("windows") or probes.get("windows") or r.get("windows")
             cpu = row.get("cpu_s", r.get("cpu_s"))
             c = row["cost"]
             lines.append(
@@ -246,6 +246,7 @@ def main() -> None:
     p.add_argument("--tranche", type=int, default=8)
     p.add_argument("--pool", type=int, default=64)
     p.add_argument("--fixed-auto-windows", type=int, default=32)
+    p.add_argument("--sleb-windows", type=int, default=64, help="SLEB's calibration windows")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval/certificate")
     args = p.parse_args()
