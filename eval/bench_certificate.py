@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import torch
+from matched import matched_cost  # eval/matched.py: the script's own folder is on sys.path
 
 import swapprune
 from swapprune.api import plan_pruning
@@ -48,16 +49,6 @@ from swapprune.engine.scoring import score
 from swapprune.output.artifacts import write_json_atomic
 
 ARMS = ("fixed-interchange", "adaptive-interchange", "adaptive-auto", "fixed-auto", "sleb", "bi")
-
-
-def matched_cost(model, tok, removed) -> dict:
-    from swapprune.evaluation.cost import pruning_cost
-    from swapprune.plan import PrunePlan
-
-    plan = PrunePlan.from_removal(model.config.num_hidden_layers, sorted(removed))
-    c = pruning_cost(model, tok, plan, windows=None)
-    return {"base_ppl": c.base_ppl, "ppl": c.pruned_ppl, "dppl_pct": 100 * c.dppl,
-            "ci_pct": [100 * c.ci[0], 100 * c.ci[1]], "windows": c.windows}  # fmt: skip
 
 
 def record(plan, cpu: float, wall: float) -> dict:

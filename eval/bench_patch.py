@@ -29,18 +29,11 @@ import time
 from pathlib import Path
 
 import torch
+from matched import matched_cost  # eval/matched.py: the script's own folder is on sys.path
 
 import swapprune
 from swapprune.api import plan_pruning
 from swapprune.output.artifacts import write_json_atomic
-
-
-def _cost(model, tok, plan=None, pruned=None) -> dict:
-    from swapprune.evaluation.cost import pruning_cost
-
-    c = pruning_cost(model, tok, plan, pruned=pruned, windows=None)
-    return {"ppl": c.pruned_ppl, "base_ppl": c.base_ppl, "dppl_pct": 100 * c.dppl,
-            "ci_pct": [100 * c.ci[0], 100 * c.ci[1]]}  # fmt: skip
 
 
 def _recovery(plain: dict, other: dict) -> float:
@@ -68,13 +61,13 @@ def run(args) -> dict:
     for b in args.budgets:
         plan, _ = plan_pruning(model, tok, budget=b, protocol="interchange", scores=scores,
                                calibration=cal, adaptive="off", certify=False, progress=False)  # fmt: skip
-        row: dict = {"removed": plan.removed, "plain": _cost(model, tok, plan)}
+        row: dict = {"removed": plan.removed, "plain": matched_cost(model, tok, plan)}
         t = time.process_time()
         patches, record = fit_patches(model, plan.removed, patch_windows.input_ids)
         fit_cpu = time.process_time() - t
         plan.patch = patch_record(patches, RIDGE, patch_windows.describe(), record)
         patched = apply_plan(copy.deepcopy(model), plan, patches=patches)
-        row["patch"] = _cost(model, tok, pruned=patched) | {
+        row["patch"] = matched_cost(model, tok, pruned=patched) | {
             "fit_cpu_s": fit_cpu,
             "block_evals": record.get("block_evals"),
             "recovery": None,
@@ -87,7 +80,7 @@ def run(args) -> dict:
             t = time.process_time()
             healed, _ = heal(healed, tok, HealConfig(steps=args.heal_steps), plan=plan)
             heal_cpu = time.process_time() - t
-            row["heal"] = _cost(model, tok, pruned=healed) | {
+            row["heal"] = matched_cost(model, tok, pruned=healed) | {
                 "train_cpu_s": heal_cpu,
                 "steps": args.heal_steps,
             }

@@ -30,6 +30,7 @@ A rerun with ``out`` pointing at an existing file resumes from it:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -133,169 +134,134 @@ def score_modes(
         progress: show a progress bar with an ETA.
         shard: ``(rank, world)``: probe only this rank's share of the units.
     """
-    kwargs: dict[str, Any] = dict(
-        modes=modes,
-        calibration=calibration,
-        calib=calib,
-        prompts=prompts,
-        tokens=tokens,
-        seed=seed,
-        protocols=protocols,
-        pairs=pairs,
-        batch_size=batch_size,
-        cache_gb=cache_gb,
-        n_boot=n_boot,
-        out=out,
-        model_id=model_id,
-        progress=progress,
-        shard=shard,
-    )
+    with _sole_writer(out, shard):
+        # parse_protocols takes str | list[str]; a list of the same names parses identically.
+        protocols = parse_protocols(protocols if isinstance(protocols, str) else list(protocols))
+        modes = tuple(modes)
+        for m in modes:
+            if m not in POSITIONS:
+                raise unknown_name("positions mode", m, POSITIONS)
+        if out is not None and len(modes) != 1:
+            raise ValueError("out= needs exactly one positions mode")
+        stack = decoder_stack(model)
+        L = stack.num_layers
+        pair_list = (
+            parse_pairs(pairs, L)
+            if isinstance(pairs, str)
+            else [(i, j) for i, j in map(sorted, pairs)]
+        )
+        for i, j in pair_list:
+            if not (0 <= i < L and 0 <= j < L) or i == j:
+                raise SwappruneError(f"pair {i}-{j} is out of range for {L} blocks")
+            stack.check_swappable(i, j)
+        calibration = _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed)
+        param = next(model.parameters())
+        config: Any = model.config
+        meta = {
+            "model": model_id or getattr(config, "_name_or_path", "") or type(model).__name__,
+            "model_type": config.model_type,
+            "num_layers": L,
+            "fingerprint": model_fingerprint(model),
+            "calibration": calibration.describe(),
+            "dtype": str(param.dtype).replace("torch.", ""),
+            "protocols": list(protocols),
+            "layer_types": stack.layer_types(),
+            "block_classes": sorted(set(stack.block_classes())),
+            "swapprune_version": __version__,
+        }
+        results = {
+            m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes
+        }
+        first = results[modes[0]]
+        in_flight: dict[Unit, PartialUnit] = {}
+        if out is not None and Path(out).exists():
+            in_flight = resume(first, Path(out), batch_size)
+        units = _units(first, pair_list, L)
+        pair_protocols = tuple(p for p in first.meta["protocols"] if p in PAIR_PROTOCOLS)
+        rank, world = shard
+        units = units[rank::world]
+        in_flight = {u: p for u, p in in_flight.items() if u in units}
+        remaining = set(units)
+
+        engine = ProbeEngine(model, calibration.input_ids, modes, batch_size, cache_gb * 1e9)
+        start = time.perf_counter()
+        flushed = [start]
+        writes = out is not None and world == 1
+
+        def flush(force: bool) -> None:
+            if not writes or not (force or time.perf_counter() - flushed[0] >= FLUSH_S):
+                return
+            assert out is not None  # writes implies out
+            first.meta["incomplete"] = incomplete_record(
+                in_flight, len(remaining), modes[0], batch_size
+            )
+            first.save(out)
+            flushed[0] = time.perf_counter()
+
+        def done(unit: Unit, values: dict[str, dict[str, np.ndarray]]) -> None:
+            in_flight.pop(unit, None)
+            remaining.discard(unit)
+            for mode, v in values.items():
+                if unit.j is None:
+                    results[mode].deletion[unit.i] = v["delete"]
+                else:
+                    results[mode].pairs.setdefault((unit.i, unit.j), {}).update(v)
+            flush(force=True)
+
+        def chunk_done(unit: Unit, part: PartialUnit, chunk_end: bool) -> None:
+            in_flight[unit] = part
+            flush(force=chunk_end)
+
+        def batch_done(unit: Unit, part: PartialUnit) -> None:
+            in_flight[unit] = part
+            flush(force=False)
+
+        if units:
+            # The file exists from the start: an early kill leaves a file that resumes.
+            flush(force=True)
+            bar = _progress(engine.work(units, in_flight), "probing", progress)
+            try:
+                engine.run(
+                    units,
+                    pair_protocols,
+                    done,
+                    progress=bar.update,
+                    on_chunk_done=chunk_done,
+                    resume=in_flight,
+                    on_batch_done=batch_done,
+                )
+            except BaseException:
+                # Keep what was measured (Ctrl-C, out of memory, a failing callback...).
+                if in_flight:
+                    flush(force=True)
+                raise
+            finally:
+                bar.close()
+        timing = {
+            "seconds": time.perf_counter() - start,
+            "block_evals": engine.runner.stats.block_evals,
+            "block_tokens": engine.runner.stats.block_tokens,
+            "head_rows": engine.runner.stats.head_rows,
+            "window_chunks": len(engine.chunks),
+            "units_probed": len(units),
+        }
+        for r in results.values():
+            r.meta["timing"] = timing
+        for r in results.values():
+            r.meta.pop("incomplete", None)
+        if writes:
+            assert out is not None  # writes implies out
+            first.save(out)
+        return results
+
+
+def _sole_writer(out, shard: tuple[int, int]):
+    """One run at a time on a file it resumes and rewrites for a long time (none for shards)."""
     if out is None or shard[1] != 1:
-        return _score_modes(model, tokenizer, **kwargs)
+        return contextlib.nullcontext()
     from swapprune.output.placement import sole_writer
 
-    # One run at a time on a file it resumes and rewrites for a long time.
-    with sole_writer(Path(out).expanduser().absolute()):
-        return _score_modes(model, tokenizer, **kwargs)
-
-
-def _score_modes(
-    model: torch.nn.Module,
-    tokenizer=None,
-    *,
-    modes: Sequence[str] = ("last", "all"),
-    calibration: Calibration | torch.Tensor | None = None,
-    calib: str | None = None,
-    prompts: int | None = None,
-    tokens: int | None = None,
-    seed: int = 0,
-    protocols: Sequence[str] | str = PAIR_PROTOCOLS,
-    pairs: str | Sequence[tuple[int, int]] = "adjacent",
-    batch_size: int = 8,
-    cache_gb: float = 4.0,
-    n_boot: int = N_BOOT,
-    out: str | os.PathLike | None = None,
-    model_id: str | None = None,
-    progress: bool = True,
-    shard: tuple[int, int] = (0, 1),
-) -> dict[str, ScoreResult]:
-    """The body of :func:`score_modes`."""
-    # parse_protocols takes str | list[str]; a list of the same names parses identically.
-    protocols = parse_protocols(protocols if isinstance(protocols, str) else list(protocols))
-    modes = tuple(modes)
-    for m in modes:
-        if m not in POSITIONS:
-            raise unknown_name("positions mode", m, POSITIONS)
-    if out is not None and len(modes) != 1:
-        raise ValueError("out= needs exactly one positions mode")
-    stack = decoder_stack(model)
-    L = stack.num_layers
-    pair_list = (
-        parse_pairs(pairs, L) if isinstance(pairs, str) else [(i, j) for i, j in map(sorted, pairs)]
-    )
-    for i, j in pair_list:
-        if not (0 <= i < L and 0 <= j < L) or i == j:
-            raise SwappruneError(f"pair {i}-{j} is out of range for {L} blocks")
-        stack.check_swappable(i, j)
-    calibration = _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed)
-    param = next(model.parameters())
-    config: Any = model.config
-    meta = {
-        "model": model_id or getattr(config, "_name_or_path", "") or type(model).__name__,
-        "model_type": config.model_type,
-        "num_layers": L,
-        "fingerprint": model_fingerprint(model),
-        "calibration": calibration.describe(),
-        "dtype": str(param.dtype).replace("torch.", ""),
-        "protocols": list(protocols),
-        "layer_types": stack.layer_types(),
-        "block_classes": sorted(set(stack.block_classes())),
-        "swapprune_version": __version__,
-    }
-    results = {
-        m: ScoreResult(meta={**meta, "positions": m}, n_boot=n_boot, seed=seed) for m in modes
-    }
-    first = results[modes[0]]
-    in_flight: dict[Unit, PartialUnit] = {}
-    if out is not None and Path(out).exists():
-        in_flight = resume(first, Path(out), batch_size)
-    units = _units(first, pair_list, L)
-    pair_protocols = tuple(p for p in first.meta["protocols"] if p in PAIR_PROTOCOLS)
-    rank, world = shard
-    units = units[rank::world]
-    in_flight = {u: p for u, p in in_flight.items() if u in units}
-    remaining = set(units)
-
-    engine = ProbeEngine(model, calibration.input_ids, modes, batch_size, cache_gb * 1e9)
-    start = time.perf_counter()
-    flushed = [start]
-    writes = out is not None and world == 1
-
-    def flush(force: bool) -> None:
-        if not writes or not (force or time.perf_counter() - flushed[0] >= FLUSH_S):
-            return
-        assert out is not None  # writes implies out
-        first.meta["incomplete"] = incomplete_record(
-            in_flight, len(remaining), modes[0], batch_size
-        )
-        first.save(out)
-        flushed[0] = time.perf_counter()
-
-    def done(unit: Unit, values: dict[str, dict[str, np.ndarray]]) -> None:
-        in_flight.pop(unit, None)
-        remaining.discard(unit)
-        for mode, v in values.items():
-            if unit.j is None:
-                results[mode].deletion[unit.i] = v["delete"]
-            else:
-                results[mode].pairs.setdefault((unit.i, unit.j), {}).update(v)
-        flush(force=True)
-
-    def chunk_done(unit: Unit, part: PartialUnit, chunk_end: bool) -> None:
-        in_flight[unit] = part
-        flush(force=chunk_end)
-
-    def batch_done(unit: Unit, part: PartialUnit) -> None:
-        in_flight[unit] = part
-        flush(force=False)
-
-    if units:
-        # The file exists from the start: an early kill leaves a file that resumes.
-        flush(force=True)
-        bar = _progress(engine.work(units, in_flight), "probing", progress)
-        try:
-            engine.run(
-                units,
-                pair_protocols,
-                done,
-                progress=bar.update,
-                on_chunk_done=chunk_done,
-                resume=in_flight,
-                on_batch_done=batch_done,
-            )
-        except BaseException:
-            # Keep what was measured (Ctrl-C, out of memory, a failing callback...).
-            if in_flight:
-                flush(force=True)
-            raise
-        finally:
-            bar.close()
-    timing = {
-        "seconds": time.perf_counter() - start,
-        "block_evals": engine.runner.stats.block_evals,
-        "block_tokens": engine.runner.stats.block_tokens,
-        "head_rows": engine.runner.stats.head_rows,
-        "window_chunks": len(engine.chunks),
-        "units_probed": len(units),
-    }
-    for r in results.values():
-        r.meta["timing"] = timing
-    for r in results.values():
-        r.meta.pop("incomplete", None)
-    if writes:
-        assert out is not None  # writes implies out
-        first.save(out)
-    return results
+    return sole_writer(Path(out).expanduser().absolute())
 
 
 def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) -> Calibration:
