@@ -303,6 +303,12 @@ class TestVerdictStatistics:
             r = paired_cost_ratio(base, base + 1, base, "mean")
         assert np.isnan(r.estimate) and np.isnan(r.low) and np.isnan(r.high)
         assert (r.level, r.n_boot) == (0.95, 1000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # 0 / 0: both costs are 0 on every resample
+            r = paired_cost_ratio(base, base, base, "mean", n_boot=300, level=0.9)
+        assert np.isnan(r.estimate) and np.isnan(r.low) and (r.level, r.n_boot) == (0.9, 300)
+        noisy = paired_cost_ratio(base, base + 1, base + 2, "mean", n_boot=300)
+        assert noisy.n_boot == 300 and noisy.estimate == pytest.approx(0.5)
 
     def test_single_resample_has_no_standard_error(self):
         x = np.arange(10.0)

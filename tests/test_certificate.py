@@ -195,3 +195,38 @@ def test_too_few_heldout_windows_is_one_line():
     with pytest.raises(SwappruneError, match="held-out source .* windows of 100000 tokens") as e:
         heldout_windows(tok, None, 8, 100000, 0, [scoring])
     assert "\n" not in str(e.value)
+
+
+def _cert(**kw):
+    from swapprune.select.certificate import Certificate
+
+    fields = dict(chosen=[3, 5], kept=[3, 5], switched=False, gain=0.0, sets=[{"set": [3, 5]}],
+                  r95=0.25, quantile=0.95, r_stop=0.25, p_within=0.99, delta=1.5, certified=True,
+                  mass_outside=None, plausible_from="bootstrap", windows=8, tokens=4088,
+                  n_boot=1000, seed=0)  # fmt: skip
+    return Certificate(**(fields | kw))
+
+
+def test_the_certificate_line_says_what_was_shown():
+    assert _cert().summary() == (
+        "certificate: certified: regret R95 0.25 dPPL points (<= 1.50 with P 0.99) against "
+        "1 plausible sets, on 8 held-out windows"
+    )
+    line = _cert(certified=False, switched=True, kept=[4, 6], gain=2.345, mass_outside=0.12)
+    assert line.summary() == (
+        "certificate: NOT certified: regret R95 0.25 dPPL points (<= 1.50 with P 0.99) against "
+        "1 plausible sets, 12% of the bootstrap outside them, on 8 held-out windows; "
+        "[3, 5] -> [4, 6] (challenger better by 2.35 points)"
+    )
+
+
+def test_the_certificate_record():
+    d = _cert(extra={"looks": 2}).to_dict()
+    assert d == {
+        "chosen": [3, 5], "kept": [3, 5], "switched": False, "gain_points": 0.0,
+        "sets": [{"set": [3, 5]}], "r95_points": 0.25, "stop_quantile": 0.95,
+        "r_stop_points": 0.25, "p_within_delta": 0.99, "delta_points": 1.5, "certified": True,
+        "mass_outside": None, "plausible_from": "bootstrap",
+        "heldout": {"windows": 8, "tokens": 4088},
+        "bootstrap": {"resamples": 1000, "seed": 0, "unit": "held-out window"}, "looks": 2,
+    }  # fmt: skip

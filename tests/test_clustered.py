@@ -1,16 +1,25 @@
 """Bootstraps over articles, seeds x articles and blocks."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from swapprune.stats.bootstrap import ci_ppl, paired_cost_ratio, paired_difference
+from swapprune.stats import LEVEL, N_BOOT, SEED
+from swapprune.stats.bootstrap import (
+    bootstrap_p_value,
+    ci_ppl,
+    paired_cost_ratio,
+    paired_difference,
+)
 from swapprune.stats.clustered import (
     cluster_weights,
+    clustered_ci,
     clustered_ci_ppl,
     cost_ratio,
     paired_replicates,
+    percentile_interval,
     two_level_cost_difference,
     window_weights,
 )
@@ -116,3 +125,110 @@ def test_layer_bootstrap_spearman():
 
 def test_average_ranks_share_ties():
     assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+
+
+# -- seeds, defaults and the records (each pins a behaviour a mutant changed) --------------
+
+
+def test_clustered_draws_follow_the_seed_and_the_defaults():
+    nll, tokens, _ = _two_articles(10)
+    articles = np.repeat(np.arange(10), 2)  # two articles give the same interval on any seed
+    units = np.column_stack([nll, tokens])
+    first = clustered_ci(units, articles, seed=7)
+    assert first == clustered_ci(units, articles, seed=7)  # reproducible
+    assert first != clustered_ci(units, articles)  # the seed is used
+    assert clustered_ci(units, articles) == clustered_ci(
+        units, articles, "ppl", N_BOOT, LEVEL, SEED
+    )
+    assert clustered_ci(units, articles, level=0.8).level == 0.8
+    assert clustered_ci_ppl(nll, tokens, articles, seed=7) == first
+    assert cluster_weights(articles, 50, 4).tolist() == cluster_weights(articles, 50, 4).tolist()
+    assert cluster_weights(articles, 50, 4).tolist() != cluster_weights(articles, 50).tolist()
+
+
+def _seeds_case(n_boot: int = 400, seed: int = SEED, level: float = LEVEL):
+    """Two seeds whose B cuts differ, over 10 articles of 2 windows each."""
+    nll, tokens, _ = _two_articles(10)
+    articles = np.repeat(np.arange(10), 2)
+    base = np.column_stack([nll, tokens])
+    a = [base * [1.3, 1]] * 2
+    b = [base * [1.32, 1], base * [1.45, 1]]
+    return two_level_cost_difference(base, a, b, articles, n_boot=n_boot, level=level, seed=seed)
+
+
+def test_two_level_record_is_what_its_replicates_say():
+    d = _seeds_case(level=0.9)
+    assert d.replicates.shape == (400,)
+    assert d.p_value == bootstrap_p_value(d.replicates)
+    assert d.se == pytest.approx(float(np.std(d.replicates, ddof=1)))
+    assert d.interval.level == 0.9
+    assert d.interval == percentile_interval(d.estimate, d.replicates, 0.9)
+    assert d.estimate == pytest.approx(np.mean(d.per_seed))
+    assert d.to_dict() == {
+        "estimate": d.estimate,
+        "ci": [d.interval.low, d.interval.high],
+        "level": 0.9,
+        "p_value": d.p_value,
+        "se": d.se,
+        "per_seed": d.per_seed,
+        "n_seeds": 2,
+        "n_clusters": 10,
+        "resampled": "seeds x articles (crossed, independent draws)",
+    }
+    again = _seeds_case(level=0.9)
+    assert again.replicates.tolist() == d.replicates.tolist()  # reproducible
+    assert _seeds_case(seed=3).replicates.tolist() != d.replicates.tolist()
+
+
+def test_two_level_draws_every_seed():
+    """With one article the article draw is fixed: each replicate averages 2 drawn seeds."""
+    base = np.column_stack([np.full(4, 3.0 * TOKENS), np.full(4, TOKENS)])
+    a = [base * [1.2, 1]] * 2
+    b = [base * [1.25, 1], base * [1.4, 1]]
+    d = two_level_cost_difference(base, a, b, [0] * 4, n_boot=200)
+    d0, d1 = d.per_seed
+    values = {round(float(r), 9) for r in d.replicates}
+    assert values == {round(d0, 9), round((d0 + d1) / 2, 9), round(d1, 9)}
+
+
+def test_two_level_bootstrap_standard_error_edges():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one resample: no spread, and no warning computing it
+        assert math.isnan(_seeds_case(n_boot=1).se)
+    assert math.isfinite(_seeds_case(n_boot=2).se)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("bad-n", "bad-n"),  # [S, n+1]
+        ("empty", "empty"),  # no seeds
+        ("4d", "4d"),
+        ("ok", "one-seed"),  # A and B differ in seeds
+    ],
+)
+def test_two_level_refuses_units_that_do_not_pair(a, b):
+    base = np.column_stack([np.full(4, 3.0 * TOKENS), np.full(4, TOKENS)])
+    shapes = {
+        "bad-n": np.ones((2, 5, 2)),
+        "empty": np.ones((0, 4, 2)),
+        "4d": np.ones((2, 4, 2, 1)),
+        "ok": np.stack([base, base]),
+        "one-seed": np.stack([base]),
+    }
+    with pytest.raises(ValueError, match=r"per-seed units must be|do not pair up"):
+        two_level_cost_difference(base, shapes[a], shapes[b], [0, 0, 1, 1], n_boot=10)
+
+
+def test_two_level_takes_one_seed_and_two_dimensional_units():
+    base = np.column_stack([np.full(4, 3.0 * TOKENS), np.full(4, TOKENS)])
+    one = two_level_cost_difference(base, [base * [1.2, 1]], [base * [1.3, 1]], [0, 0, 1, 1])
+    assert one.n_seeds == 1 and one.estimate == pytest.approx(
+        100 * (math.exp(3.9) - math.exp(3.6)) / math.exp(3.0)
+    )
+    # [S, n] units (one value per window) with a callable statistic
+    mean = lambda u, w: (w @ u[:, 0]) / w.sum(axis=1)  # noqa: E731
+    flat = two_level_cost_difference(
+        np.ones(4), [np.full(4, 2.0)], [np.full(4, 3.0)], [0, 0, 1, 1], mean
+    )
+    assert flat.estimate == pytest.approx(100.0)

@@ -189,6 +189,11 @@ def test_clustered_region_and_threshold():
     # longest run <= 0.10 is 3..6 (four blocks); block 1 is alone
     sel = get_strategy("clustered:0.10").choose(SelectionInputs(imp, 3, Constraints(8)))
     assert sel.removed == [3, 4, 6] and sel.notes["region"] == [3, 6]
+    # a block exactly at the threshold belongs to the region; the earlier run wins a tie
+    at = np.array([0.5, 0.1, 0.1, 0.6, 0.05, 0.1, 0.7, 0.8])
+    assert get_strategy("clustered:0.10").region(SelectionInputs(at, 1, Constraints(8))) == [1, 2]
+    at[2] = 0.11
+    assert get_strategy("clustered:0.10").region(SelectionInputs(at, 1, Constraints(8))) == [4, 5]
     with pytest.raises(SwappruneError, match="holds"):
         get_strategy("clustered:0.01").choose(SelectionInputs(imp, 1, Constraints(8)))
     for bad in ("", "a-b", "5-2"):

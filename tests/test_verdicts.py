@@ -126,3 +126,41 @@ def test_primary_contrasts():
     # a strategy-matched baseline is a baseline; a merge or a patched cell is another operation
     cells = {"auto": 30.0, "sleb": 31.0, "bi@greedy": 29.5, "bi@merge:laco": 1.0, "bi+linear": 2.0}
     assert primary_contrasts(cells) == [("auto", "bi@greedy")]
+
+
+def test_baseline_labels_name_their_criterion():
+    # a spec after ":" or "@" still names the criterion; a patched or merged cell does not
+    costs = {"auto": 30.0, "bi:3:4": 29.0, "sleb@a@b": 28.0, "bi@greedy+linear": 1.0}
+    assert primary_contrasts(costs) == [("auto", "sleb@a@b")]
+    assert primary_contrasts({"auto": 30.0, "bi:3": 29.0}) == [("auto", "bi:3")]
+
+
+def test_cut_keys_name_kept_blocks_and_merges():
+    assert cut_key([0, 2, 5]) == "kept:0,2,5"
+    assert cut_key([0, 2], {3: [4, 3], 1: [1, 2]}) == "kept:0,2|merged:1=1,2;3=4,3"
+    assert cut_key([0, 2], {}) == "kept:0,2"
+
+
+def test_verdict_record_is_json_and_carries_every_label():
+    import json
+
+    base, a, b = _windows(60)
+    rows = holm_distinct([_compare(a, b, base, a="A", b="B"), _row("x", "z", 0.3, seed=1)])
+    d = rows[0].to_dict()
+    assert json.loads(json.dumps(d)) == d  # lists, not tuples; no NaN
+    assert d["margin"] == {"value": 2.0, "unit": "points"}
+    assert d["label"] == rows[0].label and d["label_holm"] == rows[0].label_holm is not None
+    assert d["overlap_label"] == rows[0].overlap_label
+    assert d["ci"] == list(rows[0].ci) and d["ci_tost"] == list(rows[0].ci_tost)
+
+
+def test_the_papers_overlap_label_names_the_winner_by_direction():
+    from swapprune.stats.bootstrap import Interval
+    from swapprune.stats.verdicts import paper_overlap, paper_overlap_label
+
+    assert paper_overlap_label(True, "a", "b", True, False) == "CIs overlap (paper's test: tie)"
+    assert paper_overlap_label(False, "a", "b", True, False) == "a better (paper's test: CIs apart)"
+    assert paper_overlap_label(False, "a", "b", True, True) == "b better (paper's test: CIs apart)"
+    assert paper_overlap_label(False, "a", "b", False, False).startswith("b better")
+    assert paper_overlap(Interval(1.0, 0.5, 1.5), Interval(2.0, 1.5, 2.5))
+    assert not paper_overlap(Interval(1.0, 0.5, 1.5), Interval(2.0, 1.6, 2.5))

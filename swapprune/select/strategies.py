@@ -330,13 +330,10 @@ class Clustered(Strategy):
         assert threshold is not None  # __init__ sets exactly one of span / threshold
         best: list[int] = []
         run: list[int] = []
-        for b in cands:
-            if float(inputs.importance[b]) <= threshold and (not run or run[-1] == b - 1):
-                run.append(b)
-            else:
-                run = [b] if float(inputs.importance[b]) <= threshold else []
+        for b in cands:  # consecutive blocks: a run only breaks on a block above T
+            run = [*run, b] if float(inputs.importance[b]) <= threshold else []
             if len(run) > len(best):
-                best = list(run)
+                best = run
         return best
 
     def choose(self, inputs):

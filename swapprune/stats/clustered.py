@@ -107,7 +107,7 @@ def window_weights(n: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray
 def cluster_codes(clusters: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Distinct cluster labels ``[G]`` (sorted) and each unit's code into them ``[n]``."""
     labels, codes = np.unique(np.asarray(clusters), return_inverse=True)
-    return labels, codes.reshape(-1)
+    return labels, codes
 
 
 def cluster_weights(clusters: Sequence[Any], n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
@@ -331,7 +331,7 @@ def two_level_cost_difference(
     # The seed draws use their own stream so that the article draws match
     # cluster_weights(clusters, n_boot, seed) exactly.
     seed_idx = np.random.default_rng(np.random.SeedSequence([seed, 1])).integers(
-        0, n_seeds, size=(n_boot, n_seeds)
+        n_seeds, size=(n_boot, n_seeds)
     )
     seed_counts = _counts(seed_idx, n_seeds)  # [B, S]
 

@@ -105,7 +105,7 @@ def _criterion(label: str) -> str | None:
     """
     if "@merge" in label or "+" in label:
         return None
-    return label.split("@", 1)[0].split(":", 1)[0]
+    return label.partition("@")[0].partition(":")[0]
 
 
 def primary_contrasts(

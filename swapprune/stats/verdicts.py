@@ -228,8 +228,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         """JSON-ready record, labels included."""
-        d = asdict(self)
-        d["margin"] = asdict(self.margin)
+        d = asdict(self)  # the margin too (asdict recurses)
         d["ci"], d["ci_tost"] = list(self.ci), list(self.ci_tost)
         d.update(label=self.label, label_holm=self.label_holm, overlap_label=self.overlap_label)
         return {k: _json_float(v) for k, v in d.items()}
