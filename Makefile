@@ -79,9 +79,11 @@ test-tokenizer-4x: $(STAMP) $(TF4_VENV)/.installed
 	SWAPPRUNE_TRANSFORMERS4_PYTHON=$(TF4_VENV)/bin/python $(PY) -m pytest -q tests/test_tokenizer_files.py
 
 # Mutation testing with mutmut (configured under [tool.mutmut] in pyproject.toml) of the
-# probe plans, selection, scores artifact, bootstrap and compare report, against their fast
-# tests. Not part of CI: tens of minutes on 2 cores. Mutants and results stay in mutants/;
-# list survivors with `.venv/bin/mutmut results`, show one with `.venv/bin/mutmut show NAME`.
+# probe plans, selection, scores artifact, bootstraps, compare report, certificate and
+# verdicts, against their fast tests. Not part of CI: about an hour on 2 cores. The table
+# (tests/mutation_table.py) gives killed / total / equivalent / test seconds per module;
+# equivalent survivors are listed with the reason in tests/mutation_equivalent.txt. Mutants
+# and results stay in mutants/; `.venv/bin/mutmut show NAME` shows one.
 MUTATION_JOBS ?= 2
 
 .PHONY: mutation
@@ -89,8 +91,4 @@ MUTATION_JOBS ?= 2
 mutation: $(STAMP)
 	$(PY) -m pip install -q -e '.[mutation]'
 	OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS)
-	@$(VENV)/bin/mutmut results --all true | awk -F': ' \
-		'{ m = $$1; sub(/^ +/, "", m); sub(/\.x.*/, "", m); n[m]++; s[$$2]++; \
-		   if ($$2 == "killed" || $$2 == "timeout") k[m]++ } \
-		 END { for (m in n) printf "%-28s %5d/%5d killed (%5.1f%%)\n", m, k[m], n[m], 100 * k[m] / n[m]; \
-		       for (x in s) printf "  %s: %d\n", x, s[x] }'
+	$(PY) tests/mutation_table.py mutants
