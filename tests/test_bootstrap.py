@@ -316,3 +316,17 @@ class TestVerdictStatistics:
         assert np.isnan(one.se) and one.p_value == pytest.approx(1.0)
         two = paired_difference(x, x + np.arange(10) % 3, "mean", n_boot=2)
         assert np.isfinite(two.se)
+
+
+def test_paired_difference_standard_error_is_the_replicates_sd():
+    from swapprune.stats.bootstrap import resample_indices
+
+    x = np.arange(12.0)
+    y = x + (np.arange(12) % 4)
+    d = paired_difference(x, y, "mean", n_boot=5, seed=2)
+    idx = resample_indices(12, 5, 2)
+    reps = y[idx].mean(axis=1) - x[idx].mean(axis=1)
+    assert d.se == pytest.approx(float(np.std(reps, ddof=1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one resample: no spread, and no warning computing it
+        assert np.isnan(paired_difference(x, y, "mean", n_boot=1).se)

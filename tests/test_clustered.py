@@ -232,3 +232,28 @@ def test_two_level_takes_one_seed_and_two_dimensional_units():
         np.ones(4), [np.full(4, 2.0)], [np.full(4, 3.0)], [0, 0, 1, 1], mean
     )
     assert flat.estimate == pytest.approx(100.0)
+
+
+def test_clustered_cost_ratio_defaults_degenerate_cases_and_articles():
+    nll, tokens, _ = _two_articles(10)
+    articles = np.repeat(np.arange(10), 2)
+    base = np.column_stack([nll, tokens])
+    a, b = base * [1.1, 1], base * [1.3, 1]
+    r = cost_ratio(base, a, b, clusters=articles, n_boot=300, level=0.9)
+    assert r == cost_ratio(base, a, b, "ppl", articles, 300, 0.9)
+    assert r.level == 0.9 and r.low <= r.estimate <= r.high
+    # the article bootstrap is used: a window bootstrap of the same units differs
+    assert r != cost_ratio(base, a, b, "ppl", None, 300, 0.9)
+    ones = np.ones(20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cost at all, and a zero base: silent nan
+        assert math.isnan(cost_ratio(ones, ones * 2, ones, "mean", articles).estimate)
+        assert math.isnan(cost_ratio(ones * 0, ones, ones * 2, "mean", articles).estimate)
+    # a base whose statistic is exactly 1 is an ordinary base
+    assert cost_ratio(ones, ones * 2, ones * 3, "mean", articles).estimate == pytest.approx(0.5)
+
+
+def test_clustered_mean_replicates_are_per_resample_means():
+    x = np.arange(20.0)
+    ci = clustered_ci(x, np.repeat(np.arange(10), 2), "mean", n_boot=200)
+    assert ci.estimate == pytest.approx(9.5) and 4 < ci.low < 9.5 < ci.high < 15

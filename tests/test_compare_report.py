@@ -805,3 +805,53 @@ def test_the_extended_contract_s_verdicts_resample_articles(extended):
         "rel_change_ci"
     ]
     assert hi - lo > 0.01
+
+
+def test_contract_prose_in_full_and_the_defaults_of_a_bare_job(results):
+    """The contract's sentences are the report's definitions: pinned word for word."""
+    c = results["contract"]
+    assert c["ci"] == (
+        "95% percentile bootstrap, 1000 resamples over the task's units "
+        "(over articles for swapprune_wikitext2_ext)"
+    )
+    assert c["test"] == (
+        "each two cells of a budget: paired bootstrap of d = B - A over the same units "
+        "(articles for the extended contract), on the margin's scale (points); the first "
+        "outcome that holds: 'A better' / 'B better' when the two-sided p < 0.05 (the 95% "
+        "CI of d excludes 0); 'tie (equivalent within +-2 pts)' when both one-sided "
+        "tests reject |d| >= 2 (TOST: the 90% CI of d inside the margin); "
+        "otherwise 'inconclusive (MDD x)', x the difference the test detects with 80% power. "
+        "Cells that are the same model are 'identical' and not tested. Equivalence is never "
+        "claimed without a margin."
+    )
+    assert c["multiplicity"] == (
+        "Holm over the distinct model pairs of each verdict table ('all distinct pairs', "
+        "all budgets together, identical cells excluded), and separately over the primary "
+        "contrasts ('primary': interchange vs replacement, auto vs the best baseline, "
+        "at each budget)"
+    )
+    assert c["overlap"] == (
+        "the paper's test: tie when the two marginal 95% CIs overlap; weaker "
+        "than the paired test, shown beside the verdicts"
+    )
+    assert c["generative"] == (
+        "greedy choices given the base model's greedy continuation: agreement "
+        "and first divergence over 32 LAMBADA prompts x 32 tokens, 95% CIs over prompts"
+    )
+    assert c["calibration"]["source"] == "wikitext2-valid"  # calib=None: the default text
+    assert c["strategy"] == "criterion default (greedy; iterative for sleb)"
+    assert results["regime"] == _scores(0.5, 0.02).to_dict()["summary"]["regime"]
+    # a job without compare settings or per_article: the default margin, no article count
+    bare = SimpleNamespace(**{k: v for k, v in vars(JOB).items() if k != "compare"})
+    bare.eval = SimpleNamespace(bootstrap=1000)
+    res = build_results(bare, "m", 6, _run(1.0), {1: {"a": _cell([2], 1.1)}}, None, [PPL])
+    assert res["contract"]["margin"] == {"value": 2.0, "unit": "points", "label": "+-2 pts"}
+    assert res["contract"]["per_article"] is None and res["regime"] is None
+
+
+def test_verdict_rows_carry_each_cells_cost_in_points(results):
+    for row in _table(results)["rows"]:
+        methods = next(e for e in results["budgets"] if e["budget"] == row["budget"])["methods"]
+        for side in ("a", "b"):
+            want = methods[row[side]]["cost_pct"]
+            assert row[f"cost_{side}"] == (None if want is None else pytest.approx(want))

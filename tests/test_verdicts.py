@@ -164,3 +164,17 @@ def test_the_papers_overlap_label_names_the_winner_by_direction():
     assert paper_overlap_label(False, "a", "b", False, False).startswith("b better")
     assert paper_overlap(Interval(1.0, 0.5, 1.5), Interval(2.0, 1.5, 2.5))
     assert not paper_overlap(Interval(1.0, 0.5, 1.5), Interval(2.0, 1.6, 2.5))
+
+
+def test_the_interchange_replacement_contrast_needs_both():
+    assert primary_contrasts({"interchange": 30.0, "auto": 29.0, "bi": 33.0}) == [("auto", "bi")]
+    assert primary_contrasts({"replacement": 30.0}) == []
+
+
+def test_a_better_cut_inside_the_margin_says_so():
+    base, a, _ = _windows(400)
+    b = a.copy()
+    b[:, 0] += np.log(1.005) * TOKENS  # 0.5% more perplexity on every window: real but small
+    v = _compare(a, b, base, a="A", b="B")
+    assert v.outcome == "a_better" and v.within_margin
+    assert v.label == "A better (within +-2 pts)"
