@@ -257,3 +257,29 @@ def test_clustered_mean_replicates_are_per_resample_means():
     x = np.arange(20.0)
     ci = clustered_ci(x, np.repeat(np.arange(10), 2), "mean", n_boot=200)
     assert ci.estimate == pytest.approx(9.5) and 4 < ci.low < 9.5 < ci.high < 15
+
+
+def test_units_intervals_and_statistics_refuse_or_record_plainly():
+    from swapprune.stats.clustered import resample_weights, weighted_statistic
+
+    empty = percentile_interval(1.5, np.array([np.nan, np.inf]), 0.8)
+    assert (empty.estimate, empty.level, empty.n_boot) == (1.5, 0.8, 0)
+    assert math.isnan(empty.low) and math.isnan(empty.high)
+    full = percentile_interval(1.5, np.array([1.0, 2.0, np.nan, 3.0]), 0.8)
+    assert (full.level, full.n_boot) == (0.8, 3)
+    for bad in (np.zeros((0,)), np.zeros((2, 2, 2))):
+        with pytest.raises(ValueError, match=r"units must be a non-empty \[n\] or \[n, k\] array"):
+            clustered_ci(bad, [0] * len(bad), "mean")
+    one = clustered_ci(np.array([4.0]), [0], "mean", n_boot=20)
+    assert one.estimate == 4.0 and one.low == one.high == 4.0
+    with pytest.raises(ValueError, match=r"paired units differ in shape: \(3, 1\) vs \(4, 1\)"):
+        paired_replicates([np.ones(3), np.ones(4)], "mean")
+    with pytest.raises(ValueError, match="3 cluster labels for 4 units"):
+        resample_weights(4, [0, 1, 1])
+    arts = np.repeat(np.arange(5), 2)
+    assert resample_weights(10, arts, 40, 4).tolist() == cluster_weights(arts, 40, 4).tolist()
+    assert resample_weights(10, arts, 40, 4).tolist() != resample_weights(10, arts, 40).tolist()
+    with pytest.raises(
+        ValueError, match=r"unknown statistic 'nope'; known: \['bits', 'exp_neg_mean', 'mean'"
+    ):
+        weighted_statistic("nope")

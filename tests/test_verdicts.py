@@ -1,5 +1,7 @@
 """Four-outcome verdicts: TOST equivalence, inconclusive with its MDD, Holm over distinct pairs."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,89 @@ def test_a_better_cut_inside_the_margin_says_so():
     v = _compare(a, b, base, a="A", b="B")
     assert v.outcome == "a_better" and v.within_margin
     assert v.label == "A better (within +-2 pts)"
+
+
+# -- the primitives, at their edges --------------------------------------------------------
+
+
+def test_tost_p_values_count_the_margin_itself():
+    from swapprune.stats.verdicts import tost_p_values
+
+    reps = np.array([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, np.inf])  # the inf is dropped
+    assert tost_p_values(reps, 2.0) == (3 / 8, 3 / 8)
+    assert tost_p_values(np.array([5.0, 6.0]), 2.0) == (1 / 3, 1.0)
+    assert all(np.isnan(tost_p_values(np.array([np.nan]), 2.0)))
+
+
+def test_outcomes_at_exactly_alpha_are_not_claims():
+    from swapprune.stats.verdicts import outcome_of
+
+    assert outcome_of(0.05, 0.5, True, False, 0.05) == "inconclusive"
+    assert outcome_of(0.5, 0.05, True, False, 0.05) == "inconclusive"
+    assert outcome_of(0.049, 0.5, True, False, 0.05) == "a_better"
+    assert outcome_of(0.049, 0.5, True, True, 0.05) == "b_better"
+    assert outcome_of(0.5, 0.049, True, True, 0.05) == "equivalent"
+
+
+def test_verdict_from_replicates_records_what_it_was_given():
+    from swapprune.stats.bootstrap import bootstrap_p_value, minimum_detectable_difference
+    from swapprune.stats.clustered import percentile_interval
+    from swapprune.stats.verdicts import tost_p_values
+
+    reps = np.random.default_rng(3).normal(0.5, 0.1, 400)  # B a little worse, clearly
+    v = verdict_from_replicates(0.5, reps, a="A", b="B", a_key="k1", b_key="k2",
+                                higher_is_better=False, scope="ppl/x")  # fmt: skip
+    assert v.outcome == "a_better" and v.scope == "ppl/x"
+    assert (v.resampled, v.n_units, v.n_clusters, v.alpha) == ("windows", 0, None, 0.05)
+    ci, ci_tost = percentile_interval(0.5, reps, 0.95), percentile_interval(0.5, reps, 0.9)
+    assert v.ci == (ci.low, ci.high) and v.ci_tost == (ci_tost.low, ci_tost.high)
+    assert v.p_value == bootstrap_p_value(reps) and v.p_tost == max(tost_p_values(reps, 2.0))
+    assert v.within_margin is True and v.equivalence_bound == max(abs(ci_tost.low), ci_tost.high)
+    assert v.se == pytest.approx(float(np.std(reps, ddof=1)))
+    assert v.mdd == pytest.approx(minimum_detectable_difference(v.se, 0.95, 0.8))
+    wide = verdict_from_replicates(0.5, reps * 40, a="A", b="B", a_key="k1", b_key="k2",
+                                   higher_is_better=False)  # fmt: skip
+    assert wide.within_margin is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = verdict_from_replicates(0.5, reps[:1], a="A", b="B", a_key="k1", b_key="k2",
+                                      higher_is_better=False)  # fmt: skip
+    assert np.isnan(one.se)
+    two = verdict_from_replicates(0.5, reps[:2], a="A", b="B", a_key="k1", b_key="k2",
+                                  higher_is_better=False)  # fmt: skip
+    assert np.isfinite(two.se)
+
+
+def test_holm_rows_carry_family_level_and_orientation():
+    from dataclasses import replace
+
+    from swapprune.stats.bootstrap import minimum_detectable_difference
+
+    xy = _row("x", "y", 0.5)  # half a standard error: p about 0.6
+    strong = _row("x", "z", 3.5, seed=2)
+    same = _row("x", "x", 0.0)
+    out = holm_distinct([xy, strong, same])
+    assert [r.family for r in out] == ["all distinct pairs"] * 3
+    assert out[1].p_tost_holm is not None and out[1].outcome_holm == "a_better"
+    assert out[1].mdd_holm == pytest.approx(
+        minimum_detectable_difference(out[1].se, 1 - 0.05 / 2, 0.8)
+    )
+    strict = holm_distinct([xy, strong], family="mine", alpha=1e-9)
+    assert strict[1].outcome_holm == "inconclusive" and strict[1].family == "mine"
+    # p-values that differ by less than the absolute tolerance are the same test
+    zero = replace(strong, p_value=0.0)
+    holm_distinct([zero, replace(zero, a="other A", p_value=5e-13)])
+    for changed in (dict(p_value=strong.p_value * 3), dict(p_tost=0.5 * strong.p_tost)):
+        with pytest.raises(ValueError, match="same pair of models"):
+            holm_distinct([strong, replace(strong, **changed)])
+
+
+def test_primary_contrasts_pick_the_best_baseline_by_direction():
+    costs = {"auto": 0.6, "bi": 0.5, "sleb": 0.7}
+    assert primary_contrasts(costs, higher_is_better=True) == [("auto", "sleb")]
+    assert primary_contrasts(costs) == [("auto", "bi")]
+
+
+def test_margin_refuses_an_unknown_unit():
+    with pytest.raises(ValueError, match=r"margin unit must be one of .*, got 'furlongs'"):
+        Margin(1.0, "furlongs")
