@@ -230,3 +230,21 @@ def test_the_certificate_record():
         "heldout": {"windows": 8, "tokens": 4088},
         "bootstrap": {"resamples": 1000, "seed": 0, "unit": "held-out window"}, "looks": 2,
     }  # fmt: skip
+
+
+def test_plausible_sets_ties_the_floor_itself_eligibility_and_extras():
+    # equal counts: the smaller set first; a set at exactly the floor is plausible
+    counts = {(3, 5): 40, (1, 2): 40, (6, 7): 5, (0, 9): 15}
+    sets, mass = plausible_sets((8, 9), counts, floor=0.05, max_sets=3)
+    assert sets == [(8, 9), (1, 2), (3, 5)] and mass == pytest.approx(0.20)  # chosen never drawn
+    sets, _ = plausible_sets((8, 9), counts, floor=0.05, max_sets=6)
+    assert sets == [(8, 9), (1, 2), (3, 5), (0, 9), (6, 7)]
+    no_one = lambda s: 1 not in s  # noqa: E731
+    sets, mass = plausible_sets((1, 9), counts, floor=0.05, max_sets=6, eligible=no_one)
+    assert sets == [(1, 9), (3, 5), (0, 9), (6, 7)] and mass == pytest.approx(0.40)
+    # extras: after the bootstrap's, never twice, never past the cap, eligible only
+    sets, _ = plausible_sets((2, 4), None, extra=[(4, 2), (1, 5), (6, 8), (7, 9)], max_sets=3,
+                             eligible=no_one)  # fmt: skip
+    assert sets == [(2, 4), (6, 8), (7, 9)]
+    sets, _ = plausible_sets((2, 4), None, extra=[(6, 8), (7, 9)], max_sets=2)
+    assert sets == [(2, 4), (6, 8)]

@@ -439,3 +439,62 @@ def test_committed_study_scores_still_load():
     assert json.loads(path.read_text())["schema"] == "swapprune.scores/1"
     res = ScoreResult.load(path)
     assert res.num_layers == 30 and (0, 1) in res.pairs and (26, 29) in res.pairs
+
+
+def _doc(**changes) -> dict:
+    """A valid 3-block scores document, with ``changes`` applied (key -> value)."""
+    data = {
+        "schema": "swapprune.scores/1",
+        "num_layers": 3,
+        "bootstrap": {"resamples": 10, "seed": 0},
+        "pairs": [
+            {"i": 0, "j": 1, "replacement": {"per_window": [[0.1, None], [0.2, 0.3]]},
+             "interchange": {"per_window": [0.5, 1.5]}},
+        ],
+        "deletion": [{"layer": 2, "per_window": [1, 2]}],
+    }  # fmt: skip
+    data.update(changes)
+    return data
+
+
+def _pair(**row) -> list[dict]:
+    return [{"i": 0, "j": 1, "interchange": {"per_window": [0.5, 1.5]}, **row}]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_layers": 0}, "num_layers 0 is out of range"),
+        ({"num_layers": True}, "num_layers must be an integer, got True"),
+        ({"num_layers": "3"}, "num_layers must be an integer, got '3'"),
+        ({"bootstrap": {"resamples": 0, "seed": 0}}, "bootstrap resamples 0 is out of range"),
+        ({"bootstrap": {"resamples": 10, "seed": -1}}, "bootstrap seed -1 is out of range"),
+        ({"bootstrap": {"resamples": 10}}, "missing 'seed'"),
+        ({"pairs": _pair(j=3)}, "pair j 3 is out of range"),
+        ({"pairs": _pair(i=-1)}, "pair i -1 is out of range"),
+        ({"pairs": _pair(i=1, j=1)}, "pair 1-1 is not i < j"),
+        ({"pairs": _pair(interchange={"per_window": "0.5"})},
+         "per-window values must be a list, got str"),
+        ({"pairs": _pair(interchange={"per_window": [0.5, True]})},
+         "per-window value True is not a number"),
+        ({"pairs": _pair(interchange={"per_window": [0.5, "x"]})},
+         "per-window value 'x' is not a number"),
+        ({"deletion": [{"layer": 3, "per_window": [1, 2]}]}, "deletion layer 3 is out of range"),
+        ({"deletion": [{"layer": 2, "per_window": [1, 2, 3]}]},
+         r"per-window values of different lengths \[2, 3\]"),
+        ({"deletion": [{"layer": 1, "per_window": [1]}, {"layer": 2, "per_window": [1, 2, 3]}]},
+         r"per-window values of different lengths \[1, 2, 3\]"),
+    ],
+)  # fmt: skip
+def test_malformed_scores_files_say_what_is_wrong(changes, message):
+    with pytest.raises(SwappruneError, match=rf"^malformed scores file: {message}$"):
+        ScoreResult.from_dict(_doc(**changes))
+
+
+def test_the_edges_of_a_valid_scores_file_load():
+    res = ScoreResult.from_dict(_doc(num_layers=3))  # the last block is a valid layer index
+    assert res.deletion[2].tolist() == [1.0, 2.0] and np.isnan(res.pairs[(0, 1)]["repl_ij"][1])
+    one = ScoreResult.from_dict(_doc(num_layers=1, pairs=[], deletion=[]))  # one block
+    assert one.n_boot == 10 and not one.pairs
+    res = ScoreResult.from_dict(_doc(bootstrap={"resamples": 1, "seed": 0}))
+    assert res.n_boot == 1
