@@ -223,6 +223,7 @@ def report(args) -> str:
                 + (f"{cert['r95_points']:.2f} ({cert['delta_points']:.2f})" if cert.get("r95_points") is not None else "-")
                 + f" | {cert.get('switched', '-')} | {win} | {bt:,} | "
                 + (f"{cpu:.0f}" if cpu is not None else "-")
+                + (" (the run to its largest n)" if a == "sleb" else "")
                 + f" | {c['dppl_pct']:.1f} [{c['ci_pct'][0]:.1f}, {c['ci_pct'][1]:.1f}] |"
             )  # fmt: skip
     return "\n".join(lines) + "\n"

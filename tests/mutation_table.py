@@ -1,10 +1,12 @@
 """The mutation table of ``make mutation``: per module, killed / total / equivalent / time.
 
-Reads mutmut's per-file records (``mutants/**/*.py.meta``: each mutant's exit code
-and test duration) and the hand-checked list of equivalent survivors,
-``tests/mutation_equivalent.txt`` (one ``mutant-name  reason`` per line: mutants
-that change no behaviour, so no test can kill them). The score is killed over
-total less equivalent; a timeout counts as killed (the mutant hung the tests).
+Reads mutmut's per-file records (``mutants/**/*.py.meta``: each mutant's exit
+code, and its test time; mutmut 3.8 records none, so the time is its estimate,
+the summed duration of the tests each mutant runs) and the hand-checked list of
+equivalent survivors, ``tests/mutation_equivalent.txt`` (one ``mutant-name
+reason`` per line: mutants that change no behaviour, so no test can kill them).
+The score is killed over total less equivalent; a timeout counts as killed (the
+mutant hung the tests).
 
     python tests/mutation_table.py [mutants]
 """
@@ -35,7 +37,7 @@ def equivalent() -> dict[str, str]:
 def table(root: Path) -> tuple[list[str], list[str]]:
     """The table's lines, and the survivors not listed as equivalent."""
     eq = equivalent()
-    rows = ["| module | killed | total | equivalent | survived | no tests | score | time s |",
+    rows = ["| module | killed | total | equivalent | survived | no tests | score | test s |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     unexplained = []
     for meta in sorted(root.rglob("*.py.meta")):
@@ -62,7 +64,11 @@ def table(root: Path) -> tuple[list[str], list[str]]:
         score = f"{100 * c['killed'] / scored:.1f}%" if scored else "-"
         if c["not checked"]:
             score += f" ({c['not checked']} not run)"
-        seconds = sum(v for v in record.get("durations_by_key", {}).values() if v)
+        # mutmut 3.8 leaves durations_by_key at 0; its estimate is the summed duration of
+        # the tests each mutant runs, from the stats pass.
+        seconds = sum(v for v in record.get("durations_by_key", {}).values() if v) or sum(
+            record.get("estimated_durations_by_key", {}).values()
+        )
         rows.append(
             f"| {module} | {c['killed']} | {total} | {c['equivalent']} | {c['survived']} | "
             f"{c['no tests']} | {score} | {seconds:.0f} |"
