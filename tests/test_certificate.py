@@ -248,3 +248,76 @@ def test_plausible_sets_ties_the_floor_itself_eligibility_and_extras():
     assert sets == [(2, 4), (6, 8), (7, 9)]
     sets, _ = plausible_sets((2, 4), None, extra=[(6, 8), (7, 9)], max_sets=2)
     assert sets == [(2, 4), (6, 8)]
+
+
+def test_certify_is_its_definition():
+    """Every field of the certificate, recomputed here from the definitions in the docstring."""
+    from swapprune.stats.bootstrap import resample_indices
+
+    H, B, seed = 12, 300, 5
+    rng = np.random.default_rng(9)
+    tokens = rng.integers(200, 512, H).astype(float)
+    base = 3.0 * tokens + rng.normal(0, 5, H)
+    cost = {(3, 5): 0.40, (4, 6): 0.30, (2, 7): 0.38, (1, 2): 0.40}
+    nll = {s: base + np.log1p(c) * tokens + rng.normal(0, 2, H) for s, c in cost.items()}
+    nll[(1, 2)] = nll[(3, 5)].copy()  # the chosen set's twin: never a winner (CI lower end 0)
+    got = certify((3, 5), nll, base, tokens, n_boot=B, seed=seed, mass_outside=0.1)
+
+    idx = resample_indices(H, B, seed)
+    keys = [(3, 5), (4, 6), (2, 7), (1, 2)]
+    point = {s: np.exp((nll[s].sum() - base.sum()) / tokens.sum()) - 1 for s in keys}
+    boot = {
+        s: np.exp((nll[s][idx].sum(axis=1) - base[idx].sum(axis=1)) / tokens[idx].sum(axis=1)) - 1
+        for s in keys
+    }
+    level = 0.05 / 3
+    rows, winners = [{"set": [3, 5], "cost_points": 100 * point[(3, 5)]}], []
+    for s in keys[1:]:
+        lo, hi = np.percentile(
+            100 * (boot[(3, 5)] - boot[s]), [100 * level / 2, 100 * (1 - level / 2)]
+        )
+        rows.append({"set": list(s), "cost_points": 100 * point[s],
+                     "better_than_chosen_ci": [float(lo), float(hi)]})  # fmt: skip
+        if lo > 0:
+            winners.append(s)
+    assert winners == [(4, 6), (2, 7)]  # (1, 2) ties exactly: its lower end is 0
+    kept = (4, 6)
+    regret = 100 * (boot[kept] - np.min(np.stack([boot[s] for s in keys]), axis=0))
+    tol = max(1.0, 0.05 * 100 * point[kept])
+    record = got.to_dict()
+    for have, want in zip(record.pop("sets"), rows, strict=True):
+        assert have["set"] == want["set"] and have["cost_points"] == pytest.approx(
+            want["cost_points"]
+        )
+        assert have.get("better_than_chosen_ci") == (
+            pytest.approx(want["better_than_chosen_ci"])
+            if "better_than_chosen_ci" in want
+            else None
+        )
+    assert record == {
+        "chosen": [3, 5], "kept": [4, 6], "switched": True,
+        "gain_points": pytest.approx(100 * (point[(3, 5)] - point[kept])),
+        "r95_points": pytest.approx(float(np.percentile(regret, 95))), "stop_quantile": 0.95,
+        "r_stop_points": pytest.approx(float(np.percentile(regret, 95))),
+        "p_within_delta": pytest.approx(float(np.mean(regret <= tol))),
+        "delta_points": pytest.approx(tol), "certified": bool(np.percentile(regret, 95) <= tol),
+        "mass_outside": 0.1, "plausible_from": "bootstrap",
+        "heldout": {"windows": H, "tokens": int(tokens.sum())},
+        "bootstrap": {"resamples": B, "seed": seed, "unit": "held-out window"},
+    }  # fmt: skip
+    assert certify((3, 5), nll, base, tokens) == certify((3, 5), nll, base, tokens, seed=0)
+
+
+def test_a_regret_exactly_at_the_tolerance_certifies():
+    """A set better than every other on every window: its regret is 0, within delta = 0."""
+    nll, base, tokens = nll_table({(3, 5): 0.20, (4, 6): 0.60}, noise=0.0)
+    cert = certify((3, 5), nll, base, tokens, delta=0.0)
+    assert cert.r_stop == 0.0 and cert.certified and cert.p_within == 1.0
+    # one challenger: the switch's CI is at alpha itself, not split further
+    two = {(3, 5): nll[(4, 6)], (4, 6): nll[(3, 5)]}  # chosen is now the costly one
+    lo, _ = certify((3, 5), two, base, tokens).sets[1]["better_than_chosen_ci"]
+    assert lo > 0
+    # a twin of the chosen set (the same cost on every window) never replaces it
+    twin = {(3, 5): nll[(3, 5)], (1, 2): nll[(3, 5)].copy()}
+    held = certify((3, 5), twin, base, tokens)
+    assert held.kept == [3, 5] and not held.switched
