@@ -110,7 +110,7 @@ def test_sigterm_leaves_nothing_that_looks_finished(model_dir, tmp_path, point):
     proc, marker = _start(tmp_path, point, _argv(model_dir, out))
     _wait_for(marker, proc)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=240)  # a loaded machine: cleanup and exit can be slow
     assert proc.returncode == 143, err
     lines = [line for line in err.strip().splitlines() if line.startswith("swapprune")]
     assert lines[-1].startswith("swapprune: terminated (SIGTERM)")
@@ -154,7 +154,7 @@ def test_two_runs_with_one_output_never_both_succeed(model_dir, tmp_path):
         _wait_for(marker, proc)
     for _, marker in runs:
         Path(str(marker) + ".go").write_text("")
-    errs = [proc.communicate(timeout=120)[1] for proc, _ in runs]
+    errs = [proc.communicate(timeout=240)[1] for proc, _ in runs]
     codes = sorted(proc.returncode for proc, _ in runs)
     assert codes == [0, 2], errs
     loser = errs[[proc.returncode for proc, _ in runs].index(2)].strip().splitlines()[-1]
