@@ -232,3 +232,30 @@ def test_damaged_gguf_headers_fail_in_one_line(tmp_path, gguf_bytes, data):
         assert "\n" not in str(e).strip()
         return
     assert facts.num_layers >= 0
+
+
+@pytest.mark.parametrize("field", ["n_kv", "n_tensors", "array"])
+def test_a_header_claiming_more_than_the_file_holds_is_refused_before_parsing(tmp_path, field):
+    """A damaged count must not make the reader build one object per claimed element."""
+    import gguf
+    from tiny_gguf import write_tiny_gguf
+
+    from swapprune.model.facts import from_gguf_header
+
+    path = write_tiny_gguf(tmp_path / "t.gguf", "llama", 4)
+    raw = bytearray(path.read_bytes())
+    if field == "n_kv":
+        raw[16:24] = (2**40).to_bytes(8, "little")
+    elif field == "n_tensors":
+        raw[8:16] = (2**40).to_bytes(8, "little")
+    else:  # the element count of the token-type array (int32 values)
+        f = gguf.GGUFReader(path, "r").fields["tokenizer.ggml.token_type"]
+        at = f.offset + 8 + len("tokenizer.ggml.token_type") + 4 + 4
+        assert int.from_bytes(raw[at : at + 8], "little") == len(f.data)
+        raw[at : at + 8] = (2**40).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SwappruneError) as e:
+        from_gguf_header(path)
+    message = str(e.value)
+    assert message.startswith(f"cannot read GGUF file {path}: ") and "\n" not in message
+    assert message.count("cannot read GGUF file") == 1

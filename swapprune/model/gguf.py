@@ -332,7 +332,10 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     """
     import gguf
 
+    from swapprune.model.gguf_bounds import check_header_bounds
+
     try:
+        check_header_bounds(path)  # before the reader trusts counts the file cannot hold
         reader = gguf.GGUFReader(path, "r")
         out: dict[str, Any] = {}
         for key, f in reader.fields.items():
