@@ -48,8 +48,22 @@ def load_config(
         apply_override(data, item)
     if isinstance(data.get("model"), str):  # model: smollm2-135m
         data["model"] = {"name": data["model"]}
+    _refuse_nul(data, "")
     cfg = build(RunConfig, data, "")
     return cfg.check()
+
+
+def _refuse_nul(value, key: str) -> None:
+    """A NUL byte in any string: no path, name or text of a recipe can hold one."""
+    if isinstance(value, str) and "\x00" in value:
+        raise SwappruneError(f"{key or 'recipe'}: {value!r} contains a NUL byte")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_nul(k, key)
+            _refuse_nul(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_nul(v, key)
 
 
 def apply_override(data: dict, item: str) -> None:

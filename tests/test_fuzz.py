@@ -259,3 +259,12 @@ def test_a_header_claiming_more_than_the_file_holds_is_refused_before_parsing(tm
     message = str(e.value)
     assert message.startswith(f"cannot read GGUF file {path}: ") and "\n" not in message
     assert message.count("cannot read GGUF file") == 1
+
+
+@pytest.mark.parametrize("data", [{"export": {"output": "\x00"}}, {"model": {"name": "a\x00b"}}])
+def test_a_nul_byte_in_a_recipe_value_is_one_line(data):
+    """Found by the override fuzzer: a NUL in a path made pathlib raise ValueError."""
+    from swapprune.recipe import load_config
+
+    with pytest.raises(SwappruneError, match="contains a NUL byte"):
+        load_config(None, data=data)

@@ -46,7 +46,9 @@ _DISTS = {
 
 
 def check_name(out: Path) -> None:
-    """Refuse a path whose last component is longer than file systems allow."""
+    """Refuse a path no file system takes: a NUL byte, or a last component too long."""
+    if "\x00" in str(out):
+        raise SwappruneError(f"output path {str(out)!r} contains a NUL byte")
     if len(out.name.encode()) > MAX_NAME:
         raise SwappruneError(
             f"output name is {len(out.name.encode())} bytes long; the limit is {MAX_NAME}"
