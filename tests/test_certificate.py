@@ -321,3 +321,21 @@ def test_a_regret_exactly_at_the_tolerance_certifies():
     twin = {(3, 5): nll[(3, 5)], (1, 2): nll[(3, 5)].copy()}
     held = certify((3, 5), twin, base, tokens)
     assert held.kept == [3, 5] and not held.switched
+
+
+def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
+    """The loop certified its probes' sets, the final certificate (more sets) did not."""
+    from swapprune.select.adaptive import reconcile_stop
+
+    sets = [{"set": [14, 17]}, {"set": [13, 17]}, {"set": [12, 17]}]
+    rec = reconcile_stop({"stopped": "certified"}, {"certified": False, "sets": sets})
+    assert rec["final_certified"] is False
+    assert "over 3 sets" in rec["stop_note"] and "does not" in rec["stop_note"]
+    # agreement, or a stop on the cap: nothing to explain
+    rec = reconcile_stop({"stopped": "certified"}, {"certified": True, "sets": sets})
+    assert rec["final_certified"] is True and "stop_note" not in rec
+    rec = reconcile_stop({"stopped": "max windows"}, {"certified": False, "sets": sets})
+    assert rec["final_certified"] is False and "stop_note" not in rec
+    # no certificate measured (no held-out windows): the record is left as it was
+    assert reconcile_stop({"stopped": "stable"}, {"certified": None}) == {"stopped": "stable"}
+    assert reconcile_stop(None, {"certified": True}) is None

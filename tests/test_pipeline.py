@@ -93,6 +93,12 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     # tranches stop on the certificate, or at the cap
     assert plan["scores"]["auto"]["adaptive"]["stopped"] in ("certified", "max windows")
     assert plan["scores"]["certificate"]["kept"] == plan["removed"]
+    # ... and the record says whether the final certificate (beam's set included) agrees
+    adaptive = plan["scores"]["auto"]["adaptive"]
+    assert adaptive["final_certified"] == plan["scores"]["certificate"]["certified"]
+    overruled = adaptive["stopped"] == "certified" and not adaptive["final_certified"]
+    assert ("stop_note" in adaptive) == overruled
+    assert not overruled or adaptive["stop_note"] in printed
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["cost"]["dppl"] == json.loads((out / "metrics.json").read_text())["cost"]["dppl"]
     assert "What `--protocol auto` decided: regime" in (out / "README.md").read_text()
@@ -128,6 +134,7 @@ def test_auto_and_adaptive_record_what_they_did(tmp_path, capsys):
     assert last["certificate"]["certified"] == (
         plan["scores"]["adaptive"]["stopped"] == "certified"
     )
+    assert plan["scores"]["adaptive"]["final_certified"] == cert["certified"]
     assert "cost" not in json.loads((out / "metrics.json").read_text())
 
 

@@ -56,6 +56,8 @@ def print_prune_summary(res) -> None:
             f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
             f"stopped: {adaptive['stopped']}"
         )
+        if adaptive.get("stop_note"):
+            print(f"  note: {adaptive['stop_note']}")
     cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
     if cert and cert.get("summary"):
         print(cert["summary"])

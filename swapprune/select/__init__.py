@@ -103,6 +103,12 @@ def select(
             from swapprune.select.certify import certified_plan
 
             plan = certified_plan(model, spec, plan, scores, heldout, quantile=quantile)
+            if record is not None:
+                from swapprune.select.adaptive import reconcile_stop
+
+                plan.scores["adaptive"] = reconcile_stop(
+                    plan.scores.get("adaptive"), plan.scores.get("certificate")
+                )
     if spec.certify and heldout is None:
         plan.scores["certificate"] = {"certified": None, "skipped": "no held-out windows"}
     plan.scores["compute"] = compute_record(plan, scores if given is None else None, heldout)

@@ -200,6 +200,10 @@ def select_auto(
     if spec.certify and heldout is not None:
         plan = _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     decision["chosen"] = list(plan.removed)
+    if adaptive_record is not None:
+        from swapprune.select.adaptive import reconcile_stop
+
+        reconcile_stop(adaptive_record, plan.scores.get("certificate"))
     plan.protocol = AUTO
     if verified:
         plan.strategy = f"auto-verify:beam:{width}"
