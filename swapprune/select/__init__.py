@@ -104,7 +104,7 @@ def select(
 
             plan = certified_plan(model, spec, plan, scores, heldout, quantile=quantile)
             if record is not None:
-                from swapprune.select.adaptive import reconcile_stop
+                from swapprune.select.certify import reconcile_stop
 
                 plan.scores["adaptive"] = reconcile_stop(
                     plan.scores.get("adaptive"), plan.scores.get("certificate")

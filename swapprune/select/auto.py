@@ -201,7 +201,7 @@ def select_auto(
         plan = _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     decision["chosen"] = list(plan.removed)
     if adaptive_record is not None:
-        from swapprune.select.adaptive import reconcile_stop
+        from swapprune.select.certify import reconcile_stop
 
         reconcile_stop(adaptive_record, plan.scores.get("certificate"))
     plan.protocol = AUTO

@@ -222,3 +222,24 @@ def certificate_judge(model, spec: SelectionSpec, heldout, crits: Sequence) -> C
         }
 
     return judge
+
+
+def reconcile_stop(record: dict | None, certificate: dict | None) -> dict | None:
+    """Say in the adaptive record whether the final certificate agrees with the stop.
+
+    The loop's stopping rule certifies the criterion's choice against the plausible sets
+    of the probes. The run's final certificate can see more sets (``auto``'s beam set,
+    replacement's choice), so a loop that stopped "certified" can end with a cut that is
+    not. ``final_certified`` records the final answer, and ``stop_note`` says why the two
+    differ, so that no summary prints "certified" beside "NOT certified" unexplained.
+    """
+    if record is None or not certificate or certificate.get("certified") is None:
+        return record
+    record["final_certified"] = bool(certificate["certified"])
+    if record.get("stopped") == "certified" and not certificate["certified"]:
+        record["stop_note"] = (
+            "the loop certified the probes' plausible sets; the final certificate, "
+            f"over {len(certificate.get('sets') or [])} sets (the beam's and the other "
+            "protocol's choices included), does not"
+        )
+    return record
