@@ -45,7 +45,7 @@ import swapprune
 from swapprune.api import plan_pruning
 from swapprune.calibration.windows import load_calibration
 from swapprune.engine.estimate import trie_blocks
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.output.artifacts import write_json_atomic
 
 ARMS = ("fixed-interchange", "adaptive-interchange", "adaptive-auto", "fixed-auto", "sleb", "bi")

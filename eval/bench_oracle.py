@@ -25,7 +25,7 @@ import torch
 from swapprune.api import plan_pruning
 from swapprune.calibration.windows import load_calibration
 from swapprune.engine import oracle as oracle_mod
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.model.load import load_model
 
 CELLS = [("sleb", 3), ("sleb-oneshot", 2), ("sleb-oneshot", 3), ("auto", 2), ("auto", 3)]

@@ -70,9 +70,7 @@ def run(args) -> dict:
     from swapprune.calibration.windows import load_calibration
     from swapprune.config import HealConfig
     from swapprune.edit.healing import heal
-    from swapprune.edit.patch import RIDGE
-    from swapprune.edit.patch_fit import fit_patches
-    from swapprune.edit.patch_io import patch_record
+    from swapprune.edit.patch import RIDGE, fit_patches, patch_record
     from swapprune.edit.surgery import apply_plan
     from swapprune.engine.scores import ScoreResult
 

@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from swapprune import naive  # noqa: E402
 from swapprune.engine.orders import pair_probe_plans, parse_pairs  # noqa: E402
+from swapprune.engine.probing import score  # noqa: E402
 from swapprune.engine.runner import PlanRunner  # noqa: E402
-from swapprune.engine.scoring import score  # noqa: E402
 from swapprune.model.stack import decoder_stack  # noqa: E402
 
 PROTOCOL_KEYS = {"replacement": ("repl_ij", "repl_ji"), "interchange": ("inter",)}
@@ -773,7 +773,7 @@ def bench_stability(args, model, calib_ids, log) -> dict:
     ``--stability-timing-windows``) x 2N, since scoring 2N windows is what
     verifies it. Repeated over random orders of the windows.
     """
-    from swapprune.engine.scoring import score_modes
+    from swapprune.engine.probing import score_modes
 
     L = decoder_stack(model).num_layers
     pairs = parse_pairs("adjacent", L)

@@ -8,7 +8,7 @@ cache and model loading are counted as a user pays them:
   --out X``, cold (an empty ``$SWAPPRUNE_CACHE``: the first use converts the
   GGUF) and warm (the same cache). For ``score`` the child process records when
   ``load_model`` starts and returns and when scoring starts (the first call of
-  ``swapprune.engine.sharding.score_sharded`` or ``swapprune.engine.scoring.score``),
+  ``swapprune.engine.sharding.score_sharded`` or ``swapprune.engine.probing.score``),
   through an import hook that wraps those functions, so the CLI is run as is;
 * **library**: ``load_model("smollm2-135m")`` in a fresh interpreter, cold and
   warm, with the imports timed separately;
@@ -66,17 +66,17 @@ IMPORTS = (
     "swapprune.errors",
     "swapprune.config",
     "swapprune.model.load",
-    "swapprune.model.gguf",
+    "swapprune.gguf.convert",
     "swapprune.evaluation",
     "swapprune.cli",
     "swapprune.output.checkpoint",
-    "swapprune.engine.scoring",
+    "swapprune.engine.probing",
 )
 # Functions whose first call marks an event in the child (module -> {function: event}).
 HOOKS = {
     "swapprune.model.load": {"load_model": "load"},
     "swapprune.engine.sharding": {"score_sharded": "score"},
-    "swapprune.engine.scoring": {"score": "score"},
+    "swapprune.engine.probing": {"score": "score"},
 }
 
 

@@ -14,7 +14,7 @@ against the hardware (block FLOP/s over ``--peak-tflops``):
 
 ``scan``
     both protocols, every adjacent pair, positions ``all``
-    (``swapprune.engine.scoring.score``), in bf16 (fast mode: the model in
+    (``swapprune.engine.probing.score``), in bf16 (fast mode: the model in
     bf16) and in fp32 (exact mode).
 ``naive_scan``
     the literal definition on a stated subset of the pairs, scaled per pair:
@@ -77,8 +77,8 @@ from gpu_bench_models import (  # noqa: E402
 from swapprune.engine import naive  # noqa: E402
 from swapprune.engine.orders import pair_probe_plans, parse_pairs  # noqa: E402
 from swapprune.engine.probes import kl_rows  # noqa: E402
+from swapprune.engine.probing import score  # noqa: E402
 from swapprune.engine.runner import PlanRunner  # noqa: E402
-from swapprune.engine.scoring import score  # noqa: E402
 from swapprune.model.stack import decoder_stack  # noqa: E402
 
 
@@ -112,7 +112,7 @@ def select_blocks(
     """Select ``budget`` blocks with ``protocol`` (``sleb``, ``auto``) on ``windows`` ``[N, T]``."""
     from swapprune.api import plan_pruning
     from swapprune.calibration.windows import Calibration
-    from swapprune.select.certify import Heldout
+    from swapprune.select.reference import Heldout
 
     heldout = None
     if protocol == "auto":

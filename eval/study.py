@@ -49,8 +49,8 @@ from swapprune.config import (
     ModelConfig,
     RunConfig,
 )
+from swapprune.engine.probing import score_modes
 from swapprune.engine.scores import ScoreResult
-from swapprune.engine.scoring import score_modes
 from swapprune.model.load import load_model
 from swapprune.studies.compare import CompareJob, run_compare
 from swapprune.studies.compare_plots import plot_scores

@@ -22,11 +22,11 @@ __all__ = [
 
 # Public name -> the module that defines it. Lazy: importing swapprune imports no torch.
 _LAZY = {
-    "score": "swapprune.engine.scoring",
+    "score": "swapprune.engine.probing",
     "load_model": "swapprune.model.load",
     "plan_pruning": "swapprune.api",
     "prune": "swapprune.api",
-    "run": "swapprune.pipeline",
+    "run": "swapprune.pipeline.sequence",
     "RunConfig": "swapprune.config",
     "load_config": "swapprune.recipe",
 }

@@ -3,7 +3,7 @@
 The keyword arguments are the fields of :class:`~swapprune.config.SelectConfig`
 and :class:`~swapprune.config.CalibrationConfig`, with the same names and
 defaults as the CLI's flags and a recipe's keys. They go through the run's own
-stage functions (:func:`swapprune.stages.calibrate`, :func:`swapprune.stages.select`),
+stage functions (:func:`swapprune.pipeline.stages.calibrate`, :func:`swapprune.pipeline.stages.select`),
 so a call here selects on the same windows, with the same policy, as the
 command line with the same settings.
 """
@@ -55,7 +55,7 @@ def plan_pruning(
         calibration: windows to use instead of ``calib``/``prompts``/``tokens``
             (:class:`~swapprune.calibration.windows.Calibration`).
         scores: a :class:`~swapprune.engine.scores.ScoreResult` to reuse instead of probing.
-        heldout: :class:`~swapprune.select.certify.Heldout` windows for the certificate and
+        heldout: :class:`~swapprune.select.reference.Heldout` windows for the certificate and
             ``auto``'s search (default: cut from the calibration source with ``tokenizer``,
             none of them touching a calibration window; none without a tokenizer).
         model_id: recorded in the plan (default: the model's ``name_or_path``).
@@ -82,10 +82,10 @@ def cut(
     ``settings`` are their keyword settings; ``patches`` are the linear patch's matrices
     (``settings["patch"] == "linear"``) for :func:`swapprune.edit.surgery.apply_plan`.
     """
-    from swapprune import stages
     from swapprune.model.facts import ModelFacts
     from swapprune.model.load import ModelSource
     from swapprune.model.stack import decoder_stack
+    from swapprune.pipeline import stages
 
     select_cfg, calib_cfg = _split(settings)
     calib_cfg.check()
@@ -106,7 +106,7 @@ def cut(
             raise SwappruneError("selection needs calibration windows: pass a tokenizer")
         calibration = stages.calibrate(cfg, loaded)
     if say is not None and selection is not None:
-        from swapprune import forecast as fc
+        from swapprune.pipeline import forecast as fc
 
         plan = fc.selection(cfg, facts, selection, scores is not None)
         quick = fc.quick_selection(cfg, facts, scores is not None)

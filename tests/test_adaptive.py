@@ -7,7 +7,7 @@ from tiny_models import tiny_ids, tiny_model
 
 from swapprune.calibration.windows import Calibration
 from swapprune.config import CalibrationConfig, SelectConfig
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, adaptive_score, tranches

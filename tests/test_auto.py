@@ -15,8 +15,8 @@ from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria, select
 from swapprune.select.auto import decision_lines, shortlist
-from swapprune.select.certify import Heldout
 from swapprune.select.constraints import Constraints
+from swapprune.select.reference import Heldout
 from swapprune.select.search import beam_over
 from swapprune.select.spec import build
 

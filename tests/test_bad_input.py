@@ -8,7 +8,7 @@ import json
 import pytest
 from tiny_models import save_tiny
 
-import swapprune.stages as stages
+import swapprune.pipeline.stages as stages
 from swapprune.cli import main
 
 

@@ -325,7 +325,7 @@ def test_a_regret_exactly_at_the_tolerance_certifies():
 
 def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
     """The loop certified its probes' sets, the final certificate (more sets) did not."""
-    from swapprune.select.certify import reconcile_stop
+    from swapprune.select.reference import reconcile_stop
 
     sets = [{"set": [14, 17]}, {"set": [13, 17]}, {"set": [12, 17]}]
     rec = reconcile_stop({"stopped": "certified"}, {"certified": False, "sets": sets})

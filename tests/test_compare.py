@@ -122,7 +122,7 @@ def test_cached_rerun_evaluates_nothing(run, monkeypatch):
 
 
 def test_unknown_task_fails_before_loading(tmp_path, capsys, monkeypatch):
-    import swapprune.stages as stages
+    import swapprune.pipeline.stages as stages
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded")

@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 from tiny_models import save_tiny, tiny_ids, tiny_model
 
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.engine.sharding import merge_results, merge_timing, score_sharded, shard_env
 
 KWARGS = dict(

@@ -6,7 +6,7 @@ from tiny_models import tiny_model
 
 from swapprune.engine.estimate import block_evaluations, trie_blocks
 from swapprune.engine.orders import parse_pairs
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 
 
 def test_trie_counts_shared_prefixes_once():

@@ -35,7 +35,7 @@ def pause(*a, **k):
         time.sleep(0.05)
 
 if point == "before-save":
-    import swapprune.stages as stages
+    import swapprune.pipeline.stages as stages
     real = stages.stability
     def stability(*a, **k):
         out = real(*a, **k)
@@ -250,7 +250,7 @@ def test_a_killed_gguf_conversion_leaves_the_cache_usable(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     entry = Path(done.stdout.strip().splitlines()[-1])
-    from swapprune.model import gguf as gguf_cache
+    from swapprune.gguf import convert as gguf_cache
 
     assert entry.is_dir() and gguf_cache.entry_ok(entry)
     assert not [p for p in (cache / "gguf").iterdir() if ".partial-" in p.name]

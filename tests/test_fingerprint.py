@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import save_tiny, tiny_model
 
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.errors import SwappruneError
 from swapprune.model.fingerprint import check_same_model, fingerprint_difference, model_fingerprint
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from tiny_models import save_tiny, tiny_model
 
-from swapprune import forecast as fc
 from swapprune.cli import main
 from swapprune.config import CalibrationConfig, CostConfig, RunConfig, SelectConfig
 from swapprune.engine.estimate import Rates, Work, probe_work, set_work
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.model.facts import ModelFacts
+from swapprune.pipeline import forecast as fc
 
 FAST = ["--prompts", "4", "--tokens", "32", "--no-progress"]
 # A small cost check: 2 windows of the contract (the default of 8 spends most of a test here).

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from swapprune.model import gguf as gguf_cache
+from swapprune.gguf import convert as gguf_cache
 from swapprune.model import load as loading
 from swapprune.model.facts import read_facts
 from swapprune.model.load import load_model, resolve_source

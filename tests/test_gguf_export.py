@@ -16,12 +16,12 @@ import torch
 from tiny_gguf import write_tiny_gguf
 
 from swapprune.errors import SwappruneError
-from swapprune.model.phase import eligible_removals, in_phase, phase_rule
-from swapprune.model.serving import serving_view
+from swapprune.gguf.check import gguf_selfcheck, load_gguf_model, pruned_reference
+from swapprune.gguf.writer import check_source, gguf_metadata, read_gguf, write_pruned_gguf
 from swapprune.output.checkpoint import SelfCheckError
-from swapprune.output.gguf_check import gguf_selfcheck, load_gguf_model, pruned_reference
-from swapprune.output.gguf_writer import check_source, gguf_metadata, read_gguf, write_pruned_gguf
 from swapprune.plan import PrunePlan
+from swapprune.serving.phase import eligible_removals, in_phase, phase_rule
+from swapprune.serving.view import serving_view
 
 CASES = {
     # arch: (layers, removed). Gemma-3's cut keeps its period-6 pattern in phase.

@@ -17,9 +17,9 @@ import torch
 from tiny_gguf import write_tiny_gguf
 from tiny_models import save_tiny
 
-import swapprune.stages as stages
+import swapprune.pipeline.stages as stages
 from swapprune.cli import main
-from swapprune.output.gguf_writer import read_gguf
+from swapprune.gguf.writer import read_gguf
 from swapprune.plan import PrunePlan
 
 FAST = ["--prompts", "4", "--tokens", "32", "--no-eval", "--no-progress"]
@@ -191,8 +191,8 @@ def test_a_plan_that_merges_is_refused_for_gguf_on(llama, tmp_path, capsys, no_l
 
 def test_the_source_check_is_remembered_on_disk_per_file_version(tmp_path, monkeypatch):
     """A warm pre-load check reads no GGUF; a file written anew is parsed again."""
-    import swapprune.output.gguf_source as gs
-    import swapprune.output.gguf_writer as gw
+    import swapprune.gguf.source as gs
+    import swapprune.gguf.writer as gw
 
     monkeypatch.setenv("SWAPPRUNE_CACHE", str(tmp_path / "cache"))
     (tmp_path / "cache" / "gguf").mkdir(parents=True)

@@ -28,8 +28,8 @@ from llama_cpp_server import (
     server_binary,
 )
 
-from swapprune.output.gguf_check import gguf_selfcheck, load_gguf_model, pruned_reference
-from swapprune.output.gguf_writer import write_pruned_gguf
+from swapprune.gguf.check import gguf_selfcheck, load_gguf_model, pruned_reference
+from swapprune.gguf.writer import write_pruned_gguf
 from swapprune.plan import PrunePlan
 
 SERVER = server_binary()

@@ -10,9 +10,9 @@ import pytest
 from tiny_models import save_tiny
 
 from swapprune.cli import main
+from swapprune.cli.argv import command_line
 from swapprune.cli.next_steps import heldout_rerun
 from swapprune.config import CalibrationConfig, CostConfig, ExportConfig, RunConfig, SelectConfig
-from swapprune.config.argv import command_line
 
 # The settings every first command runs with; the next lines must carry them on.
 WINDOWS = ["--prompts", "4", "--tokens", "32"]

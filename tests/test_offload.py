@@ -12,7 +12,7 @@ import pytest
 from tiny_models import save_tiny, tiny_ids, tiny_model
 from transformers import AutoModelForCausalLM
 
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 
 
 def test_disk_offloaded_blocks_score_like_in_memory(tmp_path):
@@ -46,7 +46,7 @@ _MEASURE = r"""
 import json, sys
 import torch
 from transformers import AutoModelForCausalLM
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from tiny_models import tiny_model, tiny_ids
 
 def status(key):

@@ -13,8 +13,7 @@ from tiny_models import LAYERS, save_tiny, tiny_ids, tiny_model
 
 from swapprune.cli import main
 from swapprune.config import CalibrationConfig, SelectConfig
-from swapprune.edit.patch import Patch, apply_unfolded, solve, spans
-from swapprune.edit.patch_fit import fit_patches
+from swapprune.edit.patch import Patch, apply_unfolded, fit_patches, solve, spans
 from swapprune.edit.surgery import apply_plan
 from swapprune.errors import SwappruneError
 from swapprune.model.arch import ARCHITECTURES

@@ -19,9 +19,9 @@ from tiny_models import tiny_ids, tiny_model
 from swapprune.engine import naive
 from swapprune.engine.orders import deletion_plan, pair_probe_plans
 from swapprune.engine.probes import ProbeEngine, Unit
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 
-PROTOCOLS = ("replacement", "interchange")
+PROBES = ("replacement", "interchange")
 UNITS = [Unit(0, 1), Unit(1, 4), Unit(3, 4), Unit(2)]
 
 
@@ -43,7 +43,7 @@ def _run(engine: ProbeEngine) -> dict:
         (mode,) = engine.modes
         got[unit] = values[mode]
 
-    engine.run(UNITS, PROTOCOLS, done)
+    engine.run(UNITS, PROBES, done)
     return got
 
 
@@ -70,7 +70,7 @@ def test_chunked_equals_unchunked_and_naive(family, positions):
         plans = (
             {"delete": deletion_plan(L, unit.i)}
             if unit.j is None
-            else pair_probe_plans(L, unit.i, unit.j, PROTOCOLS)
+            else pair_probe_plans(L, unit.i, unit.j, PROBES)
         )
         for key, plan in plans.items():
             ref = torch.cat(
@@ -124,7 +124,7 @@ def test_both_modes_chunked_equal_unchunked():
     for budget in (1e9, 1.0):
         engine = ProbeEngine(model, ids, ("last", "all"), batch_size=2, cache_bytes=budget)
         out: dict = {}
-        engine.run(UNITS, PROTOCOLS, lambda unit, values, out=out: out.__setitem__(unit, values))
+        engine.run(UNITS, PROBES, lambda unit, values, out=out: out.__setitem__(unit, values))
         got.append(out)
     a, b = got
     for unit in UNITS:

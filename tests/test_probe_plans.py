@@ -25,7 +25,7 @@ from swapprune.engine.orders import (
     parse_protocols,
     replacement_plan,
 )
-from swapprune.engine.scoring import score
+from swapprune.engine.probing import score
 from swapprune.errors import SwappruneError
 
 BOTH = ("replacement", "interchange")

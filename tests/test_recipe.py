@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from swapprune import cli
 from swapprune.edit.quantization import load_quantized
 from swapprune.errors import SwappruneError
-from swapprune.pipeline import run
+from swapprune.pipeline.sequence import run
 from swapprune.recipe import describe_schema
 from swapprune.recipe import load_config as load_recipe
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_models import tiny_ids, tiny_model
 
-from swapprune.engine import scoring
-from swapprune.engine.scoring import score
+from swapprune.engine import probing as scoring
+from swapprune.engine.probing import score
 from swapprune.errors import SwappruneError
 
 # 6 windows in batches of 2 under a tiny cache budget: 3 window chunks.

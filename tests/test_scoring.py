@@ -8,8 +8,8 @@ import torch
 from tiny_models import FAMILIES, tiny_ids, tiny_model
 
 from swapprune.engine.naive import kl_per_window, plan_logits
+from swapprune.engine.probing import score
 from swapprune.engine.scores import ScoreResult
-from swapprune.engine.scoring import score
 from swapprune.errors import SwappruneError
 
 # Block types of the tiny models (s: sliding, f: full attention):
@@ -157,7 +157,7 @@ def test_cross_class_swap_refused():
 
 
 def test_both_modes_from_one_pass_equal_separate_runs():
-    from swapprune.engine.scoring import score_modes
+    from swapprune.engine.probing import score_modes
 
     model, ids = tiny_model("gemma2"), tiny_ids(4, 16)
     both = score_modes(model, calibration=ids, modes=("last", "all"), pairs="gap:2", progress=False)

@@ -16,23 +16,21 @@ import numpy as np
 import pytest
 from tiny_gguf import write_tiny_gguf
 
-import swapprune.stages as stages
+import swapprune.pipeline.stages as stages
 from swapprune.cli import main
 from swapprune.config import CalibrationConfig, SelectConfig
-from swapprune.config.gguf_output import GGUFOutput
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
+from swapprune.gguf.decision import GGUFOutput
+from swapprune.gguf.source import GGUFSource
 from swapprune.model.facts import ModelFacts
-from swapprune.model.phase import eligible_removals, in_phase, phase_rule
-from swapprune.model.serving import FULL, SLIDING
-from swapprune.output.gguf_source import GGUFSource
 from swapprune.plan import PrunePlan
-from swapprune.select.constraints import Constraints
+from swapprune.select.constraints import Constraints, cheapest, enforce, own_types, resolve
 from swapprune.select.core import select_fixed
-from swapprune.select.serve import cheapest, enforce
-from swapprune.select.serve_constraint import own_types, resolve
 from swapprune.select.spec import build
 from swapprune.select.stability import selection_stability
+from swapprune.serving.phase import eligible_removals, in_phase, phase_rule
+from swapprune.serving.view import FULL, SLIDING
 
 S, F = SLIDING, FULL
 
@@ -147,7 +145,7 @@ def deletion_scores(imp: np.ndarray) -> ScoreResult:
 
 
 def test_a_constrained_selection_is_in_phase_as_are_its_bootstrap_and_plausible_sets():
-    from swapprune.select.certify import plausible
+    from swapprune.select.reference import plausible
 
     imp = np.array([9, 1, 1.1, 1.2, 9, 9, 5, 5, 3, 5, 5, 2.0])  # greedy: [1, 3]
     serve = resolve(["llama.cpp"], gemma3(L))

@@ -10,7 +10,7 @@ from itertools import combinations
 import pytest
 
 from swapprune.errors import SwappruneError
-from swapprune.model.phase import (
+from swapprune.serving.phase import (
     check_feasible,
     count_in_phase,
     describe_eligible,
@@ -20,8 +20,8 @@ from swapprune.model.phase import (
     phase_predicate,
     phase_rule,
 )
-from swapprune.model.serving import FULL, SLIDING, serving_view
-from swapprune.model.serving_rules import RUNTIMES, SERVING
+from swapprune.serving.rules import RUNTIMES, SERVING
+from swapprune.serving.view import FULL, SLIDING, serving_view
 
 S, F = SLIDING, FULL
 

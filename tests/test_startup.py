@@ -19,7 +19,7 @@ LIGHT = (
     "swapprune.errors",
     "swapprune.output.artifacts",
     "swapprune.model.load",
-    "swapprune.model.gguf",
+    "swapprune.gguf.convert",
     "swapprune.plan",
     "swapprune.evaluation",
     "swapprune.evaluation.names",

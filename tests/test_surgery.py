@@ -21,8 +21,8 @@ from transformers import AutoModelForCausalLM
 from swapprune.edit.surgery import apply_plan
 from swapprune.engine.naive import plan_logits
 from swapprune.errors import SwappruneError
+from swapprune.gguf.convert import clear_gguf_marker
 from swapprune.model.arch import TYPE_KEY
-from swapprune.model.gguf import clear_gguf_marker
 from swapprune.model.stack import block_layer_idx_modules, decoder_stack
 from swapprune.output.checkpoint import SelfCheckError, save_checkpoint
 from swapprune.plan import PrunePlan

@@ -20,8 +20,8 @@ import torch
 
 import swapprune
 from swapprune.calibration.windows import Calibration, load_calibration
+from swapprune.engine.probing import score
 from swapprune.engine.scores import ScoreResult
-from swapprune.engine.scoring import score
 from swapprune.output.artifacts import write_json_atomic
 from swapprune.select.stability import selection_stability
 

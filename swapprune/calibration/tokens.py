@@ -12,7 +12,7 @@ An entry is written atomically (temp file + rename). One that cannot be read,
 or whose stored key or length disagrees, is recomputed and rewritten, never
 used. A slow (pure Python) tokenizer has no serialisation to key on, so its ids
 are never cached; ``SWAPPRUNE_TOKEN_CACHE=0`` turns the cache off. The cache
-shares its root with the GGUF conversions (:func:`swapprune.model.gguf.cache_root`);
+shares its root with the GGUF conversions (:func:`swapprune.gguf.convert.cache_root`);
 deleting it is always safe.
 """
 
@@ -47,7 +47,7 @@ def _key(tokenizer, text: str, add_special_tokens: bool) -> str | None:
 
 def cache_dir() -> Path:
     """``<cache_root>/tokens`` (not created)."""
-    from swapprune.model.gguf import cache_root
+    from swapprune.gguf.convert import cache_root
 
     return cache_root() / "tokens"
 

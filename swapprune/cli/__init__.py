@@ -1,4 +1,4 @@
-"""Command line: ``swapprune [COMMAND] ...``, a thin layer over :func:`swapprune.pipeline.run`.
+"""Command line: ``swapprune [COMMAND] ...``, a thin layer over :func:`swapprune.pipeline.sequence.run`.
 
 ``swapprune --budget 8 --protocol interchange`` (no command) runs the main
 job, ``swapprune prune``. Each command lives in its own module with

@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_eval_summary
-    from swapprune.pipeline import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"), eval=section_from(args, EvalConfig, "eval")
@@ -62,7 +62,7 @@ def _baseline(given: str, cfg: RunConfig, say, progress: bool):
     import dataclasses
 
     from swapprune.model.load import resolve_source
-    from swapprune.pipeline import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline
 
     resolve_source(given)  # a typo fails here, before the evaluated model loads
     assert cfg.eval is not None and cfg.eval.output is not None

@@ -9,13 +9,13 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from swapprune.edit.merging import MERGES
-    from swapprune.engine.orders import PROTOCOLS
+    from swapprune.engine.orders import PROBES
     from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
-    from swapprune.model.serving_rules import RUNTIME_VERSIONS, RUNTIMES
     from swapprune.select import criteria
-    from swapprune.select.serve_constraint import NONE
+    from swapprune.select.constraints import NONE
     from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT
     from swapprune.select.strategies import describe as describe_strategies
+    from swapprune.serving.rules import RUNTIME_VERSIONS, RUNTIMES
 
     print("criteria (--protocol), lower importance = more removable:")
     for name, source, what in criteria.describe():
@@ -31,7 +31,7 @@ def run(args) -> int:
     for name, artifact in RUNTIMES.items():
         print(f"  {name:<18} reads the {artifact} file [rules read from {RUNTIME_VERSIONS[name]}]")
     print(f"  {NONE:<18} no in-phase constraint")
-    print("probes (score --probes): " + ", ".join(PROTOCOLS))
+    print("probes (score --probes): " + ", ".join(PROBES))
     tasks = sorted(set(NATIVE_TASKS) | {p.stem for p in PACK_DIR.glob("*.yaml")})
     print("evaluation tasks (--tasks): " + ", ".join(tasks))
     print("task aliases: " + ", ".join(f"{k}={v}" for k, v in sorted(ALIASES.items())))

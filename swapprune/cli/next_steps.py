@@ -1,7 +1,7 @@
 """The "next:" line of each command: a command that works as printed.
 
 Each is the run's own configuration, changed where the next step differs, and
-written back as a command line (:func:`swapprune.config.argv.command_line`), so
+written back as a command line (:func:`swapprune.cli.argv.command_line`), so
 it carries the model, the calibration windows, the scores file and the settings
 that the run used. A step that has no command (an unpruned model evaluated on
 its own) prints no "next:" line.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from swapprune.cli.argv import changed, command_line, default_output, prune_command
 from swapprune.config import EvalConfig, ModelConfig, RunConfig, SelectConfig
-from swapprune.config.argv import changed, command_line, default_output, prune_command
 from swapprune.config.fields import default_of
 
 #: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any
 
-from swapprune.config.argv import QUICK, flag
+from swapprune.cli.argv import QUICK, flag
 from swapprune.errors import SwappruneError
 
 
@@ -159,9 +159,9 @@ def add_command_sections(
     required: dict[str, tuple[str, ...]] | None = None,
     defaults: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """The sections of ``command`` as :data:`swapprune.config.argv.COMMANDS` lists them (the
+    """The sections of ``command`` as :data:`swapprune.cli.argv.COMMANDS` lists them (the
     same table turns a configuration back into this command's line)."""
-    from swapprune.config.argv import COMMANDS
+    from swapprune.cli.argv import COMMANDS
     from swapprune.config.run import stage_class
 
     for sec in COMMANDS[command]:

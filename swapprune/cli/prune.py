@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from swapprune.cli.argv import default_output
 from swapprune.cli.options import add_command_sections, add_common, add_section, section_from
 from swapprune.config import (
     CalibrationConfig,
@@ -11,7 +12,6 @@ from swapprune.config import (
     RunConfig,
     SelectConfig,
 )
-from swapprune.config.argv import default_output
 
 EPILOG = """examples:
   swapprune --budget 8 --protocol interchange
@@ -71,7 +71,7 @@ def config_from(args) -> RunConfig:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_prune_summary
-    from swapprune.pipeline import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline
 
     res = run_pipeline(config_from(args), say=say_to_stderr(args), progress=not args.no_progress)
     print_prune_summary(res)

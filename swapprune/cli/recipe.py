@@ -42,7 +42,7 @@ def run(args) -> int:
         raise SwappruneError("give a recipe file: swapprune run RECIPE.yaml (or --schema)")
     cfg = load_config(args.recipe, args.overrides)
     if args.dry_run:
-        from swapprune.stages import read_facts
+        from swapprune.pipeline.stages import read_facts
 
         facts = read_facts(cfg)
         if facts is not None:
@@ -51,7 +51,7 @@ def run(args) -> int:
         print(f"# valid; {facts.num_layers if facts else 'unknown (config not readable)'} blocks")
         return 0
     from swapprune.cli.summary import print_run_summary
-    from swapprune.pipeline import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline
 
     command = ["swapprune", "run", args.recipe, *sum((["--set", o] for o in args.overrides), [])]
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress, command=command)

@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_score_summary
-    from swapprune.pipeline import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"),

@@ -87,7 +87,7 @@ def print_prune_summary(res) -> None:
             f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
             f"({sc.get('wall_s', 0):.1f}s)"
         )
-    from swapprune.output.serving_report import summary_lines
+    from swapprune.serving.report import summary_lines
 
     for line in summary_lines(res.metrics, plan):  # the --serve constraint, model.gguf, serving
         print(line)

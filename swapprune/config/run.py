@@ -78,7 +78,7 @@ class RunConfig:
                 if p not in ran:
                     raise SwappruneError(f"eval.at names '{p}' but that stage does not run")
         if self.export is not None:
-            from swapprune.config.gguf_output import gguf_output
+            from swapprune.gguf.decision import gguf_output
 
             gguf_output(self)  # refuses --gguf on that cannot be met
         stages = (self.score, self.prune, self.heal, self.quantize, self.eval, self.export)
@@ -99,7 +99,7 @@ class RunConfig:
         """Checks that need only the model's facts; returns the selection spec (if selecting)."""
         spec = None
         if self.prune is not None and self.prune.plan is None:
-            from swapprune.select.serve_constraint import for_run
+            from swapprune.select.constraints import for_run
             from swapprune.select.spec import build
 
             serve = for_run(self, facts)  # --serve: build refuses a budget it cannot meet

@@ -23,7 +23,7 @@ from swapprune.config.fields import (
     opt,
     positive,
 )
-from swapprune.engine.orders import PROTOCOLS as PROBES
+from swapprune.engine.orders import PROBES
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
 from swapprune.stats import N_BOOT

@@ -145,7 +145,7 @@ class SelectConfig:
             positive("patch_tokens", self.patch_tokens, 2)
             if not self.patch_ridge > 0:
                 raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
-        from swapprune.select.serve_constraint import NONE, check_names
+        from swapprune.select.constraints import NONE, check_names
 
         check_names(self.serve)
         if self.op == "merge" and self.serve not in (None, [NONE]):

@@ -53,7 +53,7 @@ def apply_plan(
         log: ``print``, a :class:`logging.Logger` or any ``str -> None``;
             defaults to this module's logger at INFO.
         patches: the plan's :class:`~swapprune.edit.patch.Patch` matrices, required
-            when ``plan.patch`` is set (:func:`swapprune.edit.patch_io.load_patches`).
+            when ``plan.patch`` is set (:func:`swapprune.edit.patch.load_patches`).
 
     Returns:
         ``model`` itself.

@@ -5,7 +5,7 @@
   with prefix reuse (the only module that registers hooks);
 * :mod:`~swapprune.engine.probes`: swap-KL values per unit and window;
 * :mod:`~swapprune.engine.scores`: the scores artifact and its summaries (pure);
-* :mod:`~swapprune.engine.scoring`: ``swapprune.score`` with resume;
+* :mod:`~swapprune.engine.probing`: ``swapprune.score`` with resume;
 * :mod:`~swapprune.engine.sharding`: the same across ``torchrun`` processes;
 * :mod:`~swapprune.engine.oracle`: pruned-model queries for model-based criteria.
 """

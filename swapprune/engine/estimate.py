@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from swapprune.engine.orders import PAIR_PROTOCOLS, deletion_plan, pair_probe_plans
+from swapprune.engine.orders import PAIR_PROBES, deletion_plan, pair_probe_plans
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def trie_blocks(plans: Iterable[Sequence[int]], num_layers: int) -> int:
 
 def _unit_plans(num_layers: int, pairs, probes) -> list[list[tuple[int, ...]]]:
     """The plans of every unit a scoring run probes (pairs, then deletions)."""
-    pair_protocols = tuple(p for p in probes if p in PAIR_PROTOCOLS)
+    pair_protocols = tuple(p for p in probes if p in PAIR_PROBES)
     units = []
     if pair_protocols:
         for i, j in pairs:

@@ -18,9 +18,9 @@ import re
 
 from swapprune.errors import SwappruneError, unknown_name
 
-PAIR_PROTOCOLS = ("replacement", "interchange")
-LAYER_PROTOCOLS = ("deletion",)
-PROTOCOLS = PAIR_PROTOCOLS + LAYER_PROTOCOLS
+PAIR_PROBES = ("replacement", "interchange")
+LAYER_PROBES = ("deletion",)
+PROBES = PAIR_PROBES + LAYER_PROBES
 
 Plan = tuple[int, ...]
 
@@ -61,10 +61,10 @@ def parse_protocols(text: str | list[str]) -> tuple[str, ...]:
     """Parse ``"replacement,interchange"``; unknown names are user errors."""
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]
     if not names:
-        raise SwappruneError("no protocol given; choose from " + ", ".join(PROTOCOLS))
+        raise SwappruneError("no protocol given; choose from " + ", ".join(PROBES))
     for n in names:
-        if n not in PROTOCOLS:
-            raise unknown_name("protocol", n, PROTOCOLS)
+        if n not in PROBES:
+            raise unknown_name("protocol", n, PROBES)
     return tuple(dict.fromkeys(names))
 
 

@@ -3,7 +3,7 @@
 A run with ``out`` flushes an ``incomplete`` record (the units in flight, with
 the windows already measured); :func:`resume` reads it back. A file from
 other settings, or one that is damaged, is refused with one line and never
-overwritten (see :mod:`swapprune.engine.scoring`).
+overwritten (see :mod:`swapprune.engine.probing`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from swapprune.engine.orders import PROTOCOLS
+from swapprune.engine.orders import PROBES
 from swapprune.engine.probes import PartialUnit, Unit
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
@@ -111,7 +111,7 @@ def resume(result: ScoreResult, path: Path, batch_size: int) -> dict[Unit, Parti
     result.pairs.update(old.pairs)
     result.deletion.update(old.deletion)
     claimed = set(old.meta.get("protocols") or old.protocols()) | set(result.meta["protocols"])
-    result.meta["protocols"] = [p for p in PROTOCOLS if p in claimed]
+    result.meta["protocols"] = [p for p in PROBES if p in claimed]
     return in_flight
 
 

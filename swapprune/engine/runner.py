@@ -220,7 +220,7 @@ class PlanRunner:
         While block ``b`` runs, ``edits[b] = (module, fn)`` sees the output of ``module``
         (a submodule of that block): ``fn`` returns a tensor to replace it, or ``None``
         to keep it (a tap). The hooks exist only during the call. Used to fit and check
-        linear patches (:mod:`swapprune.edit.patch_fit`).
+        linear patches (:mod:`swapprune.edit.patch`).
         """
         handles = []
 

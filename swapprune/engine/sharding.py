@@ -1,7 +1,7 @@
 """Sharded scoring across processes (``torchrun --nproc-per-node K -m swapprune score ...``).
 
 Every rank loads the model, builds the same calibration windows and probes its
-share of the units (``units[rank::world]``, see :func:`swapprune.engine.scoring.score`);
+share of the units (``units[rank::world]``, see :func:`swapprune.engine.probing.score`);
 the per-pair, per-window values are gathered on rank 0, merged into one
 :class:`~swapprune.engine.scores.ScoreResult` and written there, atomically. The
 merged JSON is identical to a single-process run's except ``timing``, which
@@ -95,19 +95,19 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
     """Score on this rank's share of the units; rank 0 merges, writes ``out`` and returns the result.
 
     Outside a torchrun environment (no ``RANK``/``WORLD_SIZE``, or a world of
-    one) this is :func:`swapprune.engine.scoring.score` with ``out``.
+    one) this is :func:`swapprune.engine.probing.score` with ``out``.
 
     Args:
-        model, tokenizer: as for :func:`swapprune.engine.scoring.score`; every rank
+        model, tokenizer: as for :func:`swapprune.engine.probing.score`; every rank
             must load the same model and calibration (checked on rank 0).
         out: JSON path written by rank 0 (atomically) after the merge.
-        **score_kwargs: passed to :func:`swapprune.engine.scoring.score` (``shard``
+        **score_kwargs: passed to :func:`swapprune.engine.probing.score` (``shard``
             and ``out`` are set here; ``progress`` is shown on rank 0 only).
 
     Returns:
         The merged :class:`ScoreResult` on rank 0, ``None`` on other ranks.
     """
-    from swapprune.engine.scoring import score
+    from swapprune.engine.probing import score
 
     for key in ("shard", "out"):
         if key in score_kwargs:

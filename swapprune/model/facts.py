@@ -93,7 +93,7 @@ _GGUF_MODEL_TYPES = {"gemma3": "gemma3_text", "gptneox": "gpt_neox", "qwen3moe":
 
 def from_gguf_header(path: str | Path) -> ModelFacts:
     """Facts of a GGUF file from its header (``gguf.GGUFReader``; no tensor data is read)."""
-    from swapprune.model.gguf import read_header
+    from swapprune.gguf.convert import read_header
 
     fields = read_header(path)
     name = fields.get("general.architecture")
@@ -121,7 +121,7 @@ def read_facts(source) -> ModelFacts | None:
     the local Hugging Face cache. ``None`` when none of these is at hand.
     """
     if source.gguf_file:
-        from swapprune.model.gguf import lookup
+        from swapprune.gguf.convert import lookup
 
         entry = lookup(source.gguf_path)
         if entry is not None:

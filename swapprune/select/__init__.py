@@ -49,7 +49,7 @@ def select(
             ``auto`` policies with tranches: the whole pool).
         scores: probe scores to reuse (``--scores``, a ``score`` stage, ``compare``'s
             shared probes); no tranches are then probed.
-        heldout: :class:`~swapprune.select.certify.Heldout` windows, disjoint from
+        heldout: :class:`~swapprune.select.reference.Heldout` windows, disjoint from
             ``calibration``: the cut is certified on them (``spec.certify``), tranches
             stop on the certificate, and ``auto`` verifies on them.
         model_id: recorded in the plan and the scores.
@@ -100,11 +100,11 @@ def select(
         if record is not None:
             plan.scores["adaptive"] = record
         if spec.certify and heldout is not None:
-            from swapprune.select.certify import certified_plan
+            from swapprune.select.reference import certified_plan
 
             plan = certified_plan(model, spec, plan, scores, heldout, quantile=quantile)
             if record is not None:
-                from swapprune.select.certify import reconcile_stop
+                from swapprune.select.reference import reconcile_stop
 
                 plan.scores["adaptive"] = reconcile_stop(
                     plan.scores.get("adaptive"), plan.scores.get("certificate")

@@ -34,23 +34,29 @@ Windows a pair did not get are ``nan`` in the resulting
 :class:`~swapprune.engine.scores.ScoreResult`; its means and bootstraps skip
 them. The decision logic (:func:`tranches`) takes a ``measure`` callable, so
 it is tested without a model; :func:`adaptive_score` supplies one built on
-:func:`swapprune.engine.scoring.score`.
+:func:`swapprune.engine.probing.score`.
+
+Which pairs can still change a selection: where adaptive calibration spends its windows.
+
+A pair *can still change the selection* when moving its distance to either end
+of its 95% bootstrap CI, all other pairs held at their point values, changes
+the selected set. Pure numpy.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from swapprune.engine.orders import PAIR_PROTOCOLS
+from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
 from swapprune.select.constraints import Constraints
-from swapprune.select.decisive import decisive_pairs
-from swapprune.select.stability import Stability, selection_stability
+from swapprune.select.stability import Stability, select_on, selection_stability
 from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
@@ -188,9 +194,9 @@ def tranches(
 
     settings.check()
     for crit in criteria:
-        if crit.name not in PAIR_PROTOCOLS:
+        if crit.name not in PAIR_PROBES:
             raise SwappruneError(
-                f"adaptive calibration works with the swap criteria {PAIR_PROTOCOLS}, "
+                f"adaptive calibration works with the swap criteria {PAIR_PROBES}, "
                 f"not '{crit.name}'"
             )
     crits, strat, cons = list(criteria), strategy, constraints
@@ -306,14 +312,14 @@ def adaptive_score(
         criteria: swap criteria whose selections must settle (default: the spec's;
             ``auto`` asks for both; the first one's choice is the one certified).
         model_id: recorded in the scores.
-        heldout: :class:`~swapprune.select.certify.Heldout` windows: the loop stops on
+        heldout: :class:`~swapprune.select.reference.Heldout` windows: the loop stops on
             the certificate (with ``spec.certify``); ``None``: on the frequency.
         progress: a progress bar over each tranche's probes.
     """
     import torch
 
     from swapprune.calibration.windows import Calibration
-    from swapprune.engine.scoring import score
+    from swapprune.engine.probing import score
 
     settings = spec.adaptive
     if settings is None:
@@ -359,7 +365,7 @@ def adaptive_score(
         counter["block_tokens"] += L * sub.shape[0] * sub.shape[1]
     judge = None
     if heldout is not None and spec.certify:
-        from swapprune.select.certify import certificate_judge
+        from swapprune.select.reference import certificate_judge
 
         judge = certificate_judge(model, spec, heldout, crits)
     result = tranches(
@@ -393,3 +399,45 @@ def adaptive_score(
         "pair_windows": result.pair_windows,
     }
     return result
+
+
+def pair_ci(scores, protocol: str, pair: Pair, idx: np.ndarray) -> tuple[float, float]:
+    v = scores.pairs[pair]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if protocol == "interchange":
+            boot = np.nanmean(v["inter"][idx], -1)
+        else:
+            boot = np.maximum(np.nanmean(v["repl_ij"][idx], -1), np.nanmean(v["repl_ji"][idx], -1))
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _with_pair_scaled(scores, pair: Pair, keys: Sequence[str], factor: float):
+    from swapprune.engine.scores import ScoreResult
+
+    pairs = dict(scores.pairs)
+    pairs[pair] = {k: (x * factor if k in keys else x) for k, x in scores.pairs[pair].items()}
+    return ScoreResult(meta=scores.meta, pairs=pairs, deletion=scores.deletion)
+
+
+def decisive_pairs(
+    scores, crits, strat, budget: int, cons: Constraints, idx, tiebreak=None
+) -> set[Pair]:
+    """Pairs whose distance, moved to either end of its CI, changes some criterion's selection."""
+    out: set[Pair] = set()
+    for crit in crits:
+        chosen = select_on(scores, crit, strat, budget, cons, tiebreak=tiebreak)
+        keys = ("inter",) if crit.name == "interchange" else ("repl_ij", "repl_ji")
+        for pair in scores.pairs:
+            if pair in out:
+                continue
+            point = scores.distance(crit.name, *pair)
+            if not point > 0:
+                continue
+            for bound in pair_ci(scores, crit.name, pair, idx):
+                moved = _with_pair_scaled(scores, pair, keys, bound / point)
+                if select_on(moved, crit, strat, budget, cons, tiebreak=tiebreak) != chosen:
+                    out.add(pair)
+                    break
+    return out

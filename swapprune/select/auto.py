@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from swapprune.engine.orders import PAIR_PROTOCOLS
+from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.constraints import Constraints
@@ -106,7 +106,7 @@ def select_auto(
             the certificate when ``heldout`` windows are given.
         calibration: windows to probe on.
         scores: scores with both swap protocols to reuse instead of probing.
-        heldout: :class:`~swapprune.select.certify.Heldout`: the both-high beam searches
+        heldout: :class:`~swapprune.select.reference.Heldout`: the both-high beam searches
             on its ``verify`` windows, and the cut is certified on its ``certify``
             windows with interchange's choice as the incumbent. Never the scoring
             windows. ``None``: no verification (interchange-guided, and the record says so).
@@ -119,7 +119,7 @@ def select_auto(
     from swapprune.select.core import select_fixed
     from swapprune.select.stability import plan_stability
 
-    needs = PAIR_PROTOCOLS
+    needs = PAIR_PROBES
     if scores is not None and not all(p in scores.protocols() for p in needs):
         raise SwappruneError("--protocol auto needs scores with replacement and interchange")
     if width < 1 or (max_calls is not None and max_calls < 1):
@@ -140,7 +140,7 @@ def select_auto(
 
                 quantile = spending_quantile(scores.meta["adaptive"]["looks"])
         else:
-            from swapprune.engine.scoring import score
+            from swapprune.engine.probing import score
 
             scores = score(
                 model,
@@ -201,7 +201,7 @@ def select_auto(
         plan = _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     decision["chosen"] = list(plan.removed)
     if adaptive_record is not None:
-        from swapprune.select.certify import reconcile_stop
+        from swapprune.select.reference import reconcile_stop
 
         reconcile_stop(adaptive_record, plan.scores.get("certificate"))
     plan.protocol = AUTO
@@ -215,7 +215,7 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
     """Interchange's choice, certified against both protocols' plausible sets and the beam's."""
     from swapprune.plan import PrunePlan
     from swapprune.select.certificate import plausible_sets
-    from swapprune.select.certify import certify_sets, eligible, pooled_counts
+    from swapprune.select.reference import certify_sets, eligible, pooled_counts
 
     counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
     ok = eligible(spec) or (lambda _s: True)  # the in-phase constraint (--serve)

@@ -67,7 +67,7 @@ def plausible_sets(
         extra: further sets to include after the bootstrap's (another protocol's
             choice, a verified set), in order, within the cap.
         eligible: only sets it accepts are plausible, ``chosen`` apart (the in-phase
-            constraint: :meth:`swapprune.select.serve_constraint.ServeConstraint.in_phase`).
+            constraint: :meth:`swapprune.select.constraints.ServeConstraint.in_phase`).
 
     Returns:
         ``(A, mass_outside)``; ``mass_outside`` is ``None`` without counts.

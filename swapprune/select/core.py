@@ -35,7 +35,7 @@ def needs_probes(spec: SelectionSpec, scores) -> bool:
 
 def probe(model, spec: SelectionSpec, calibration, *, model_id: str = "", progress: bool = True):
     """Probe what ``spec``'s criterion reads, on ``calibration`` (adjacent pairs for swaps)."""
-    from swapprune.engine.scoring import score
+    from swapprune.engine.probing import score
 
     probes = spec.criterion.probes
     pairs = "adjacent" if set(probes) & {"replacement", "interchange"} else []
@@ -104,10 +104,11 @@ def select_fixed(
     removed = list(choice.removed)
     record: dict[str, Any] = {"importance": [_num(x) for x in importance]}
     if cons.serve is not None:  # the in-phase constraint overrides the strategy's own rule
-        from swapprune.select import serve
+        from swapprune.select.constraints import enforce
+        from swapprune.select.constraints import record as serve_record
 
-        removed = serve.enforce(cons, choice.removed, importance, tiebreak)
-        record["serve"] = serve.record(cons, choice.removed, removed, importance)
+        removed = enforce(cons, choice.removed, importance, tiebreak)
+        record["serve"] = serve_record(cons, choice.removed, removed, importance)
     if tiebreak is not None:
         record["tiebreak"] = {"rule": TIEBREAK_RULE, "values": [_num(x) for x in tiebreak]}
     if choice.order is not None and strategy.name == "iterative":

@@ -39,8 +39,8 @@ def fill_command(scores, missing: list[str], cfg: RunConfig, path: str) -> str:
     """The command that adds ``missing`` to the file, or the run without ``--scores``."""
     import dataclasses
 
+    from swapprune.cli.argv import changed, command_line
     from swapprune.config import CalibrationConfig, ScoreConfig
-    from swapprune.config.argv import changed, command_line
 
     if not _resumable(scores):
         assert cfg.prune is not None

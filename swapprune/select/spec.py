@@ -31,7 +31,7 @@ from swapprune.stats import N_BOOT
 if TYPE_CHECKING:
     from swapprune.config import CalibrationConfig, SelectConfig
     from swapprune.select.adaptive import AdaptiveSettings
-    from swapprune.select.serve_constraint import ServeConstraint
+    from swapprune.select.constraints import ServeConstraint
 
 AUTO = "auto"
 #: What ``auto`` does, for ``swapprune list``.
@@ -212,7 +212,7 @@ def build(
         num_layers: the model's depth.
         scores_given: probes come from elsewhere (``--scores``, a ``score`` stage,
             ``compare``'s shared probes): no adaptive tranches then.
-        serve: the in-phase constraint (:func:`swapprune.select.serve_constraint.resolve`); a
+        serve: the in-phase constraint (:func:`swapprune.select.constraints.resolve`); a
             budget that no eligible set meets is refused here.
     """
     crit, strategy, strategy_name = resolve(select, calibration)

@@ -168,7 +168,7 @@ def select_on(
     chosen = sorted(int(b) for b in strat.select(importance, budget, cons, **inputs))
     if cons.serve is None:
         return chosen
-    from swapprune.select.serve import enforce  # as select_fixed does, on every resample
+    from swapprune.select.constraints import enforce  # as select_fixed does, on every resample
 
     return enforce(cons, chosen, importance, tiebreak)
 

@@ -3,7 +3,7 @@
 A loop over configurations: for every cell (a ``--criteria`` entry,
 :mod:`swapprune.studies.compare_cells`) and budget, the run's configuration
 with that ``prune`` section goes through the pipeline's own stages
-(:func:`swapprune.stages.select`), on one loaded model, one calibration and
+(:func:`swapprune.pipeline.stages.select`), on one loaded model, one calibration and
 one set of probe scores. The unpruned model is evaluated once and every pruned
 variant in memory (a removal is a zero-copy view of the model's own blocks, a
 merge a copy); the base model's greedy continuations are computed once and
@@ -93,11 +93,11 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
     """
     from tqdm.auto import tqdm
 
-    from swapprune import stages
     from swapprune.engine.oracle import shared_oracles
     from swapprune.evaluation import EvalResult, evaluate
     from swapprune.evaluation.names import EXTENDED_PPL
     from swapprune.output.artifacts import locked, provenance, write_json_atomic, write_text_atomic
+    from swapprune.pipeline import stages
     from swapprune.plan import PrunePlan
 
     job.compare.check()
@@ -311,7 +311,7 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
 
 def _forecast(job: CompareJob, loaded, calibration, probes, specs, say) -> None:
     """Say what the comparison will compute and how long it takes (and its quick look)."""
-    from swapprune import forecast as fc
+    from swapprune.pipeline import forecast as fc
 
     quick_run = fc.quick_of(job.run)
     limit = job.eval.limit or QUICK_LIMIT

@@ -130,9 +130,9 @@ def patched_cell(job, loaded, plan, entry, seed, kind, calibration, measured, ca
 
     ``measured(kept, merged, model)`` returns the cell's ``(result, eval_s, generative)``.
     """
-    from swapprune import stages
-    from swapprune.edit.patch_io import load_patches, save_patches
+    from swapprune.edit.patch import load_patches, save_patches
     from swapprune.edit.surgery import apply_plan
+    from swapprune.pipeline import stages
     from swapprune.plan import PrunePlan
     from swapprune.studies.cache import cached, content_key
 

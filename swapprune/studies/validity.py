@@ -189,7 +189,7 @@ def predictor_validity(
         raise SwappruneError(f"a rank correlation over {L} blocks means nothing; need >= 3")
     need_pairs = [p for p in SWAP if p in {PAIR_CRITERIA.get(c) for c in criteria}]
     if need_pairs and (scores is None or not set(need_pairs) <= set(scores.protocols())):
-        from swapprune.engine.scoring import score
+        from swapprune.engine.probing import score
 
         scores = score(
             model,
@@ -312,7 +312,7 @@ def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, 
     Returns:
         The result and the directory the report was written to.
     """
-    from swapprune import stages
+    from swapprune.pipeline import stages
     from swapprune.studies.validity_report import write_validity_report
 
     validate.check()
@@ -333,7 +333,7 @@ def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, 
             text, loaded.tokenizer, c.prompts, c.tokens, c.seed, validate.target
         )
     if say is not None:
-        from swapprune import forecast as fc
+        from swapprune.pipeline import forecast as fc
 
         n = target.input_ids.shape[0] if target is not None else 0
         plan = fc.validity(run, validate, loaded.facts, n)

@@ -8,7 +8,7 @@ configuration handed to :func:`run` (``swapprune``/``prune``, ``score``,
 loop over configurations.
 
 Everything a user can get wrong is checked before the weights load
-(:func:`swapprune.stages.check`: the configuration, then the model's facts read
+(:func:`swapprune.pipeline.stages.check`: the configuration, then the model's facts read
 from its ``config.json`` or GGUF header), once; the loaded model is re-checked
 only when those facts could not be read or disagree with it. The output directory is built in a
 hidden sibling and renamed into place at the end, so a failed run leaves no
@@ -16,7 +16,7 @@ directory that looks whole. It is a checkpoint that loads with plain
 ``from_pretrained`` plus ``plan.json``, ``mergekit.yaml``, ``README.md`` (model
 card), ``provenance.json``, ``config.yaml`` (the resolved configuration),
 ``metrics.json``, ``scores.json`` (when probes were measured), ``model.gguf`` (a
-GGUF input cut by a plain removal, :mod:`swapprune.config.gguf_output`),
+GGUF input cut by a plain removal, :mod:`swapprune.gguf.decision`),
 ``eval/<point>.json`` and ``quantized/`` (when quantized).
 """
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swapprune import stages
 from swapprune.config import RunConfig
-from swapprune.runbook import RunBook, Say, recovery
+from swapprune.pipeline import stages
+from swapprune.pipeline.record import RunBook, Say, recovery
 
 
 @dataclass

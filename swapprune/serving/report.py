@@ -2,7 +2,7 @@
 
 For the checkpoint's saved ``config.json`` (transformers, vLLM, llama.cpp after
 its converter) and, when one is written, ``model.gguf``'s metadata
-(transformers' GGUF loader, llama.cpp), :func:`swapprune.model.serving.serving_view`
+(transformers' GGUF loader, llama.cpp), :func:`swapprune.serving.view.serving_view`
 gives each kept layer's attention type and window per runtime.
 :class:`ServingReport` turns that into model-card tables, a JSON record for
 ``metrics.json`` and one warning line per artifact where a runtime serves a
@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from swapprune.gguf.save import GGUF_NAME, gguf_card_lines, gguf_lines
 from swapprune.model.arch import TYPE_KEY, get, text_config
-from swapprune.model.serving import FULL, ServingView, serving_view
-from swapprune.output.gguf_save import GGUF_NAME, gguf_card_lines, gguf_lines
+from swapprune.serving.view import FULL, ServingView, serving_view
 
 #: Artifact -> what the card calls it.
 LABELS = {"safetensors": "the checkpoint (config.json)", "gguf": GGUF_NAME}
@@ -30,7 +30,7 @@ class ServingReport:
         model_config: the in-memory pruned model's config (its ``layer_types`` are the
             kept layers' own types).
         plan: the applied plan (original indices, the depth before).
-        gguf: the GGUF record of :func:`~swapprune.output.gguf_save.save_gguf`, if any.
+        gguf: the GGUF record of :func:`~swapprune.gguf.save.save_gguf`, if any.
         serve: ``plan.scores["serve"]``, the in-phase constraint's record, if any.
     """
 
@@ -47,7 +47,7 @@ class ServingReport:
         self.views = {"safetensors": self._view(saved)}
         gguf = directory / GGUF_NAME
         if self.gguf and self.gguf.get("written") is not False and gguf.is_file():
-            from swapprune.output.gguf_writer import gguf_metadata, read_gguf
+            from swapprune.gguf.writer import gguf_metadata, read_gguf
 
             self.views["gguf"] = self._view(gguf_metadata(read_gguf(gguf)))
         return self.views

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swapprune.config import RunConfig
-from swapprune.stages import evaluate
+from swapprune.pipeline.stages import evaluate
 
 Say = Callable[[str], None]
 
@@ -52,7 +52,7 @@ class RunBook:
 
     def forecast(self, kind: str, loaded, calibration, scores_given: bool = False) -> None:
         """Say what the ``score`` or ``prune`` part of the run will do, and how long it takes."""
-        from swapprune import forecast as fc
+        from swapprune.pipeline import forecast as fc
 
         cfg = self.config
         quick: fc.Forecast | None
@@ -64,7 +64,7 @@ class RunBook:
             plan = fc.selection(cfg, loaded.facts, loaded.selection, scores_given)
             quick = fc.quick_selection(cfg, loaded.facts, scores_given)
         if self.command[1:2] == ["run"]:  # a recipe: the quick settings as its overrides
-            from swapprune.config.argv import QUICK
+            from swapprune.cli.argv import QUICK
 
             sets = [f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0])]
             plan.quick_flag = " ".join(sets)
@@ -110,15 +110,15 @@ class RunBook:
         }
 
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
+        from swapprune.gguf.save import save_gguf, writes_gguf
         from swapprune.model.load import resolve_dtype
         from swapprune.output.checkpoint import write_checkpoint
-        from swapprune.output.gguf_save import save_gguf, writes_gguf
-        from swapprune.output.serving_report import ServingReport
+        from swapprune.serving.report import ServingReport
 
         x = self.config.export
         assert x is not None
         if patches:  # the matrices beside plan.json, their digest in it
-            from swapprune.edit.patch_io import save_patches
+            from swapprune.edit.patch import save_patches
 
             plan.patch["sha256"] = save_patches(patches, directory)
         ids = calibration.input_ids[:2] if calibration is not None else None

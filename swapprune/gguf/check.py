@@ -38,7 +38,7 @@ def load_gguf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> Any
     """transformers' own load of a GGUF file (de-quantized to ``dtype``), in eval mode."""
     from transformers import AutoModelForCausalLM
 
-    from swapprune.model.gguf import clear_gguf_marker, parse_once
+    from swapprune.gguf.convert import clear_gguf_marker, parse_once
 
     path = Path(path)
     with parse_once(quiet=True):
@@ -94,7 +94,7 @@ def check_gguf(
         raise SelfCheckError(
             f"self-check: transformers derives this GGUF's layer types from the index and gets "
             f"other types at pruned layers {flips}; choose a cut that keeps the pattern in "
-            "phase (swapprune.model.phase)"
+            "phase (swapprune.serving.phase)"
         )
 
     ids = (check_ids if check_ids is not None else _default_windows(reference.config)).to(
@@ -135,5 +135,5 @@ def check_gguf(
 def gguf_selfcheck(
     reference: nn.Module, check_ids: torch.Tensor | None = None
 ) -> Callable[[Path], dict[str, Any]]:
-    """The ``check`` argument of :func:`~swapprune.output.gguf_writer.write_pruned_gguf`."""
+    """The ``check`` argument of :func:`~swapprune.gguf.writer.write_pruned_gguf`."""
     return lambda path: check_gguf(path, reference, check_ids)

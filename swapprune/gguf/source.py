@@ -1,14 +1,14 @@
 """The source GGUF of a run, read once: can it be pruned, and what does its metadata say?
 
 A run that writes ``model.gguf`` checks its source before the model loads
-(:func:`~swapprune.output.gguf_writer.check_source`) and later needs the
+(:func:`~swapprune.gguf.writer.check_source`) and later needs the
 source's metadata again (whether llama.cpp will find a per-layer list in it, its
 sliding window). ``gguf.GGUFReader`` parses every metadata value, the
 vocabulary included (about 4 s for a 49k-token vocabulary), so the small
 result of that one parse is remembered per file version: in the process, and
 on disk in ``<cache>/gguf/sources.json`` under the file's stat signature (size,
 mtime, ctime, inode, device; the same key as the hash memo of
-:mod:`swapprune.model.gguf`), so a warm run's pre-load check only stats the
+:mod:`swapprune.gguf.convert`), so a warm run's pre-load check only stats the
 file. A memo that cannot be read or written is ignored. The reader itself is
 not kept: it maps the whole file.
 
@@ -54,7 +54,7 @@ def inspect_source(path: str | os.PathLike) -> GGUFSource:
         SwappruneError: the file is missing, truncated or corrupt, or its
             architecture or metadata cannot be pruned (the writer's own refusal).
     """
-    from swapprune.output.gguf_writer import gguf_metadata, prunable, read_gguf
+    from swapprune.gguf.writer import gguf_metadata, prunable, read_gguf
 
     p = Path(path).expanduser().absolute()
     try:
@@ -83,14 +83,14 @@ SOURCES = "sources.json"
 
 
 def _memo_path() -> Path:
-    from swapprune.model.gguf import gguf_cache_dir
+    from swapprune.gguf.convert import gguf_cache_dir
 
     return gguf_cache_dir() / SOURCES
 
 
 def _recall(path: Path, st: os.stat_result) -> GGUFSource | SwappruneError | None:
     """The on-disk memo of ``path`` at this stat signature, or ``None``."""
-    from swapprune.model.gguf import _signature
+    from swapprune.gguf.convert import _signature
 
     try:
         hit = json.loads(_memo_path().read_text()).get(str(path))
@@ -108,7 +108,7 @@ def _recall(path: Path, st: os.stat_result) -> GGUFSource | SwappruneError | Non
 
 def _remember(path: Path, st: os.stat_result, found: GGUFSource | SwappruneError) -> None:
     """Record ``found`` for ``path`` if the file did not change while it was read."""
-    from swapprune.model.gguf import _signature, gguf_cache_dir
+    from swapprune.gguf.convert import _signature, gguf_cache_dir
     from swapprune.output.artifacts import write_json_atomic
 
     try:

@@ -23,8 +23,7 @@ from math import comb
 from typing import Any
 
 from swapprune.errors import SwappruneError
-from swapprune.model.serving import artifact_facts, derived_types
-from swapprune.model.serving_rules import (
+from swapprune.serving.rules import (
     FULL,
     GGUF_SWA_LIST,
     LAYER_TYPES,
@@ -33,6 +32,7 @@ from swapprune.model.serving_rules import (
     SLIDING,
     Rule,
 )
+from swapprune.serving.view import artifact_facts, derived_types
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class PhaseRule:
     """What a runtime gives each slot of an ``n``-layer cut, or ``None`` when it reads the types.
 
     Attributes:
-        runtime: the runtime (a key of :data:`~swapprune.model.serving_rules.RUNTIMES`).
+        runtime: the runtime (a key of :data:`~swapprune.serving.rules.RUNTIMES`).
         model_type: the family.
         rule: the table's rule (``None``: the runtime reads the kept layers' own types).
         facts_config: the config or GGUF metadata the rule reads a window from.

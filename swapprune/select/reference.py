@@ -73,7 +73,7 @@ def neighbours(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[i
         return []
     tb = (plan.scores.get("tiebreak") or {}).get("values")
     tiebreak = None if tb is None else np.array([np.inf if v is None else v for v in tb])
-    from swapprune.select.serve import enforce
+    from swapprune.select.constraints import enforce
 
     strategy = get_strategy("ranked") if spec.strategy.queries_model else spec.strategy
     out: list[tuple[int, ...]] = []

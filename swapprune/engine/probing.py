@@ -42,7 +42,7 @@ import torch
 
 from swapprune import __version__
 from swapprune.calibration.windows import Calibration, load_calibration
-from swapprune.engine.orders import PAIR_PROTOCOLS, parse_pairs, parse_protocols
+from swapprune.engine.orders import PAIR_PROBES, parse_pairs, parse_protocols
 from swapprune.engine.probes import PartialUnit, ProbeEngine, Unit
 from swapprune.engine.resume import incomplete_record, resume
 from swapprune.engine.scores import ScoreResult
@@ -102,7 +102,7 @@ def score_modes(
     prompts: int | None = None,
     tokens: int | None = None,
     seed: int = 0,
-    protocols: Sequence[str] | str = PAIR_PROTOCOLS,
+    protocols: Sequence[str] | str = PAIR_PROBES,
     pairs: str | Sequence[tuple[int, int]] = "adjacent",
     batch_size: int = 8,
     cache_gb: float = 4.0,
@@ -177,7 +177,7 @@ def score_modes(
         if out is not None and Path(out).exists():
             in_flight = resume(first, Path(out), batch_size)
         units = _units(first, pair_list, L)
-        pair_protocols = tuple(p for p in first.meta["protocols"] if p in PAIR_PROTOCOLS)
+        pair_protocols = tuple(p for p in first.meta["protocols"] if p in PAIR_PROBES)
         rank, world = shard
         units = units[rank::world]
         in_flight = {u: p for u, p in in_flight.items() if u in units}
@@ -290,7 +290,7 @@ def _units(result: ScoreResult, pair_list: list[tuple[int, int]], num_layers: in
     A pair scored earlier without one of the protocols gets a unit for just the missing ones.
     """
     protocols = result.meta["protocols"]
-    pair_protocols = tuple(p for p in protocols if p in PAIR_PROTOCOLS)
+    pair_protocols = tuple(p for p in protocols if p in PAIR_PROBES)
     units = []
     if pair_protocols:
         for i, j in list(dict.fromkeys([*pair_list, *sorted(result.pairs)])):

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
-from swapprune.model.serving_rules import GGUF_SWA_LIST
 from swapprune.output.artifacts import apply_umask
 from swapprune.plan import PrunePlan
+from swapprune.serving.rules import GGUF_SWA_LIST
 
 # GGUF architectures the writer handles: their per-layer state is the blk.N tensors and the
 # per-layer metadata arrays only, and transformers loads them for the self-check.
@@ -216,7 +216,7 @@ def write_pruned_gguf(
             (replacing any), which llama.cpp b11434 reads instead of deriving the
             pattern from the index. Older llama.cpp builds and transformers' GGUF
             loader ignore it, so it does not make an out-of-phase cut pass the
-            self-check (see :mod:`swapprune.model.serving`).
+            self-check (see :mod:`swapprune.serving.view`).
 
     Returns:
         What was written (sizes, counts, trimmed keys, the check's result).

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swapprune.model.serving_rules import (
+from swapprune.serving.rules import (
     FULL,
     GGUF_MODEL_TYPES,
     GGUF_SWA_LIST,
@@ -127,7 +127,7 @@ class ServingView:
         if not self.runtimes:
             return [
                 f"Serving view: no runtime rules are recorded for model_type `{self.model_type}` "
-                "(add it to `swapprune.model.serving.SERVING`).",
+                "(add it to `swapprune.serving.view.SERVING`).",
             ]
         names = list(self.runtimes)
         head = ["layer", "original", "own type", *names]

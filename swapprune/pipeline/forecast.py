@@ -226,7 +226,7 @@ def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
 
 def quick_of(cfg: RunConfig) -> RunConfig:
     """``cfg`` at the ``--quick`` settings (:data:`swapprune.config.QUICK`)."""
-    from swapprune.config.argv import QUICK
+    from swapprune.cli.argv import QUICK
 
     out = cfg
     for key, value in QUICK.items():

@@ -1,9 +1,9 @@
 """The save stage's pruned GGUF: ``model.gguf`` beside the checkpoint, checked before it is kept.
 
-When the run writes a GGUF (:func:`swapprune.config.gguf_output.gguf_output`),
+When the run writes a GGUF (:func:`swapprune.gguf.decision.gguf_output`),
 :func:`save_gguf` copies the kept blocks out of the source GGUF into the staging
-directory (:func:`~swapprune.output.gguf_writer.write_pruned_gguf`) and proves it
-(:func:`~swapprune.output.gguf_check.gguf_selfcheck`): transformers reloads it,
+directory (:func:`~swapprune.gguf.writer.write_pruned_gguf`) and proves it
+(:func:`~swapprune.gguf.check.gguf_selfcheck`): transformers reloads it,
 its logits equal the in-memory pruned model's exactly (a GGUF input's model is
 its float32 de-quantization), and cached generation equals uncached.
 
@@ -42,7 +42,7 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
     Raises:
         SwappruneError: ``--gguf on`` and the cut cannot be written; the self-check failed.
     """
-    from swapprune.config.gguf_output import gguf_output
+    from swapprune.gguf.decision import gguf_output
 
     out = gguf_output(config)
     if not out.write or out.source is None:
@@ -52,8 +52,8 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
         if config.export.gguf == "on":
             raise SwappruneError(f"--gguf on cannot be met: {why}")
         return {"written": False, "reason": why}
-    from swapprune.output.gguf_check import gguf_selfcheck
-    from swapprune.output.gguf_writer import write_pruned_gguf
+    from swapprune.gguf.check import gguf_selfcheck
+    from swapprune.gguf.writer import write_pruned_gguf
 
     check = gguf_selfcheck(model, check_ids) if config.export.selfcheck else None
     record = write_pruned_gguf(out.source.path, plan, directory / GGUF_NAME, check=check)
@@ -64,7 +64,7 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
 
 def writes_gguf(config) -> bool:
     """Whether the run is set to write ``model.gguf`` (the cut may still refuse it)."""
-    from swapprune.config.gguf_output import gguf_output
+    from swapprune.gguf.decision import gguf_output
 
     return gguf_output(config).write
 
@@ -72,7 +72,7 @@ def writes_gguf(config) -> bool:
 def _cut_refused(model, plan, source) -> str | None:
     """Why this cut cannot be a pruned GGUF that transformers reloads as checked, or ``None``."""
     from swapprune.model.arch import TYPE_KEY, text_config
-    from swapprune.model.phase import phase_rule
+    from swapprune.serving.phase import phase_rule
 
     if plan.op != "remove" or plan.merged or plan.patch:
         return "the cut changes the kept blocks' weights, so their quantized bytes cannot be copied"

@@ -1,7 +1,7 @@
 """Whether a run writes ``model.gguf``: ``--gguf`` resolved against the input and the cut.
 
 The pruned GGUF copies the kept blocks' tensors from the source GGUF byte for
-byte, in their own quantization (:mod:`swapprune.output.gguf_writer`). That is
+byte, in their own quantization (:mod:`swapprune.gguf.writer`). That is
 only possible when the input is a GGUF and nothing changes the kept blocks'
 weights: a merge, a linear patch or healing does, and re-quantizing would
 silently replace the source's quantization with another, so those cuts go to
@@ -21,7 +21,7 @@ from swapprune.errors import SwappruneError
 
 if TYPE_CHECKING:
     from swapprune.config.run import RunConfig
-    from swapprune.output.gguf_source import GGUFSource
+    from swapprune.gguf.source import GGUFSource
 
 MERGE = (
     "a merge changes the kept blocks' weights, so their quantized bytes cannot be copied "
@@ -73,7 +73,7 @@ def gguf_output(config: RunConfig) -> GGUFOutput:
         if x.gguf == "on":
             raise SwappruneError(f"--gguf on cannot be met: {why}")
         return GGUFOutput(False, why if source.gguf_file else None)
-    from swapprune.output.gguf_source import inspect_source
+    from swapprune.gguf.source import inspect_source
 
     assert source.gguf_path is not None
     try:

@@ -332,7 +332,7 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     """
     import gguf
 
-    from swapprune.model.gguf_bounds import check_header_bounds
+    from swapprune.gguf.bounds import check_header_bounds
 
     try:
         check_header_bounds(path)  # before the reader trusts counts the file cannot hold

@@ -1,0 +1,389 @@
+"""The stages of a run, each a function of the configuration and what came before.
+
+``check`` (the configuration, then the model's facts read without weights) ->
+``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
+``stability`` and ``measure_cost`` -> ``evaluate``; :mod:`swapprune.pipeline.forecast` says
+what the scoring parts will cost before they start. :func:`swapprune.pipeline.sequence.run` calls them in order;
+``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
+same functions.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from swapprune.config import RunConfig
+from swapprune.errors import SwappruneError
+
+
+@dataclass
+class Checked:
+    """A configuration checked before any weights load.
+
+    Attributes:
+        facts: the model's facts from its config alone, or ``None`` when they cannot be
+            read cheaply (the checks then run right after loading).
+        selection: the frozen :class:`~swapprune.select.spec.SelectionSpec` (if selecting
+            and the facts were read).
+    """
+
+    facts: Any
+    selection: Any
+
+
+@dataclass
+class Loaded:
+    """What the stages share once the model is loaded.
+
+    Attributes:
+        model, tokenizer: the model (eval mode) and its tokenizer.
+        source: :class:`~swapprune.model.load.ModelSource`.
+        facts: :class:`~swapprune.model.facts.ModelFacts` of the loaded model.
+        selection: the checked selection spec, or ``None`` without a selection.
+    """
+
+    model: Any
+    tokenizer: Any
+    source: Any
+    facts: Any
+    selection: Any = None
+
+
+def check(config: RunConfig, study: bool = False) -> Checked:
+    """Everything that needs no weights: the configuration, then the model's facts.
+
+    ``study``: a ``compare`` or ``validate`` run, which brings its own work.
+    """
+    config.check(study)
+    facts = read_facts(config)
+    selection = config.check_model(facts) if facts is not None else None
+    p = config.prune
+    if selection is not None and p is not None and p.scores:
+        from swapprune.engine.scores import ScoreResult
+        from swapprune.select.reuse import check_reused
+
+        # Reading the file costs little next to loading the model that it would not fit.
+        check_reused(ScoreResult.load(p.scores), selection, p.scores, config)
+    return Checked(facts, selection)
+
+
+def output_state(config: RunConfig):
+    """What the export path holds now (``False`` without an export): see
+    :func:`swapprune.output.placement.output_state`."""
+    if config.export is None:
+        return False
+    from pathlib import Path
+
+    from swapprune.output.placement import output_state as state
+
+    return state(Path(config.export.output).expanduser().absolute())
+
+
+def model_bytes(model, config: RunConfig) -> int:
+    """Bytes of the saved weights (at the export dtype), for a full-disk message."""
+    import torch
+
+    x = config.export
+    dtype = getattr(torch, x.save_dtype) if x is not None and x.save_dtype else None
+    return sum(
+        p.numel() * (dtype.itemsize if dtype is not None else p.element_size())
+        for p in model.parameters()
+    )
+
+
+def read_facts(config: RunConfig):
+    """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
+    from swapprune.model.facts import read_facts as read
+    from swapprune.model.load import resolve_source
+
+    if config.model.trust_remote_code:
+        return None  # the config class itself may come with the remote code
+    return read(resolve_source(config.model.name))
+
+
+def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
+    """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
+    from swapprune.model.facts import ModelFacts
+    from swapprune.model.load import load_model
+    from swapprune.model.stack import decoder_stack
+
+    m = config.model
+    model, tok, source = load_model(
+        m.name,
+        dtype=m.dtype,
+        device=m.device,
+        device_map=m.device_map,
+        trust_remote_code=m.trust_remote_code,
+        progress=progress,
+    )
+    facts = ModelFacts.from_config(model.config)
+    depth = decoder_stack(model).num_layers
+    if depth != facts.num_layers:  # a config whose count key disagrees with the modules
+        facts = facts.with_layers(depth)
+    checked = checked or Checked(None, None)
+    selection = checked.selection
+    if checked.facts is None or checked.facts.num_layers != facts.num_layers:
+        selection = config.check_model(facts)
+    return Loaded(model, tok, source, facts, selection)
+
+
+def calibrate(config: RunConfig, loaded: Loaded):
+    """The calibration windows of ``config.calibration`` (the pool, when probing in tranches)."""
+    from swapprune.calibration.windows import load_calibration
+
+    c = config.calibration
+    return load_calibration(
+        loaded.tokenizer, c.calib, c.prompts, c.tokens, c.seed, loaded.facts.context_length
+    )
+
+
+def heldout(config: RunConfig, loaded: Loaded, calibration):
+    """Held-out windows of the selection (:class:`~swapprune.select.reference.Heldout`), or ``None``.
+
+    Built when the cut is certified or ``auto`` may verify, and a tokenizer can cut
+    text: ``prune.heldout_prompts`` windows of ``heldout_tokens`` from
+    ``heldout_calib`` (default: the calibration source), none of them touching a
+    scoring window; ``auto`` gets as many more for its search, touching neither.
+    """
+    spec, p = loaded.selection, config.prune
+    if spec is None or p is None or loaded.tokenizer is None:
+        return None
+    if not (spec.certify or spec.policy == "auto"):
+        return None
+    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.config.select import heldout_tokens
+    from swapprune.select.reference import Heldout
+
+    c = config.calibration
+    tokens = heldout_tokens(p, loaded.facts.context_length)
+    source = p.heldout_calib or c.calib
+    avoid = [calibration] if calibration is not None else []
+    certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)
+    verify = None
+    if spec.policy == "auto":
+        verify = heldout_windows(
+            loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify]
+        )
+    return Heldout(certify, verify)
+
+
+def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):
+    """Probe the model (``config.score``); with an output file, flushed and resumable.
+
+    Returns ``None`` on a non-zero rank of a ``torchrun`` job.
+    """
+    from swapprune.engine.sharding import score_sharded
+
+    s, c = config.score, config.calibration
+    assert s is not None
+    return score_sharded(
+        loaded.model,
+        loaded.tokenizer,
+        s.output,
+        calibration=calibration,
+        protocols=s.probes,
+        pairs=s.pairs,
+        positions=c.positions,
+        batch_size=c.batch_size,
+        cache_gb=s.cache_gb,
+        n_boot=s.bootstrap,
+        seed=c.seed,
+        model_id=loaded.source.id,
+        progress=progress,
+    )
+
+
+def reuse_scores(path: str, loaded: Loaded, config: RunConfig | None = None):
+    """A scores file from an earlier run, refused if it belongs to another model or lacks a
+    probe the selection reads."""
+    from swapprune.engine.scores import ScoreResult
+    from swapprune.select.reuse import check_reused
+
+    scores = ScoreResult.load(path)
+    if scores.meta.get("incomplete"):
+        raise SwappruneError(
+            f"scores file {path} is from a run that did not finish; rerun "
+            f"'swapprune score --output {path}' with its settings to complete it"
+        )
+    if scores.num_layers != loaded.facts.num_layers:
+        raise SwappruneError(
+            f"scores file {path} is for a {scores.num_layers}-block model; "
+            f"this model has {loaded.facts.num_layers}"
+        )
+    _same_model(scores.meta.get("fingerprint"), loaded, f"scores file {path}")
+    if loaded.selection is not None:
+        check_reused(scores, loaded.selection, path, config)
+    return scores
+
+
+def _same_model(expected, loaded: Loaded, what: str) -> None:
+    """Refuse an artifact whose recorded model fingerprint differs from the loaded model's."""
+    if not expected:
+        return  # written before artifacts carried fingerprints: only the depth is checked
+    from swapprune.model.fingerprint import check_same_model, model_fingerprint
+
+    check_same_model(expected, model_fingerprint(loaded.model), what)
+
+
+def select(
+    config: RunConfig,
+    loaded: Loaded,
+    calibration,
+    scores,
+    progress: bool = True,
+    heldout=None,
+):
+    """The plan: read from ``prune.plan``, chosen by :func:`swapprune.select.select`, or identity.
+
+    ``heldout``: the windows of :func:`heldout` (certificate, ``auto``'s search).
+
+    Returns:
+        ``(plan, scores)``: scores the selection measured itself, or those given.
+    """
+    from swapprune.plan import PrunePlan
+
+    L = loaded.facts.num_layers
+    p = config.prune
+    if p is None:
+        return PrunePlan.from_removal(L, [], model=loaded.source.id), scores
+    if p.plan is not None:
+        plan = PrunePlan.from_json(p.plan)
+        if plan.num_layers != L:
+            raise SwappruneError(
+                f"plan {p.plan} is for a {plan.num_layers}-block model; {config.model.name} has {L}"
+            )
+        _same_model(plan.fingerprint, loaded, f"plan {p.plan}")
+        return plan, scores
+    from swapprune.select import select as choose
+
+    plan, scores = choose(
+        loaded.model,
+        loaded.selection,
+        calibration,
+        scores,
+        heldout=heldout,
+        model_id=loaded.source.id,
+        progress=progress,
+    )
+    if plan.fingerprint is None:
+        from swapprune.model.fingerprint import model_fingerprint
+
+        plan.fingerprint = model_fingerprint(loaded.model)
+    return plan, scores
+
+
+def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
+    """Bootstrap the calibration windows behind ``plan``'s selection; recorded in the plan.
+
+    Returns the :class:`~swapprune.select.stability.Stability`, or ``None`` for selections
+    that cannot be resampled from scores (model-measured criteria, model-querying strategies).
+    """
+    from swapprune.select.stability import plan_stability
+
+    spec = loaded.selection
+    stab = plan_stability(
+        plan, scores, spec.constraints, seed=spec.seed, threshold=spec.stability_threshold
+    )
+    if stab is None:
+        return None
+    plan.scores["stability"] = stab.to_dict()
+    if book is not None:
+        book.metrics["stability"] = stab.to_dict() | {"summary": stab.summary()}
+        book.say(stab.summary())
+        # The certificate is the headline: a certified cut needs no frequency warning.
+        certified = (plan.scores.get("certificate") or {}).get("certified")
+        warning = None if certified else stab.warning()
+        if warning:
+            book.say(warning)
+            book.metrics["stability"]["warning"] = warning
+    return stab
+
+
+def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
+    """Fit the linear patch of ``plan``'s removed spans (``prune.patch``); returns the matrices.
+
+    The patch windows (``patch_prompts`` x ``patch_tokens`` of the calibration source)
+    touch neither the scoring nor the held-out windows. ``plan.patch`` records the fit;
+    a plan read from a file (``apply``) brings its own matrices instead.
+    """
+    p = config.prune
+    assert p is not None
+    if plan.patch is not None and p.plan is not None:
+        from pathlib import Path
+
+        from swapprune.edit.patch import load_patches
+
+        return load_patches(plan, Path(p.plan).parent)
+    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.edit.patch import fit_patches, patch_record
+
+    if loaded.tokenizer is None:
+        raise SwappruneError("a linear patch needs calibration text: pass a tokenizer")
+    ctx = loaded.facts.context_length
+    tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
+    avoid = [w for w in (calibration, *(heldout.windows() if heldout else ())) if w is not None]
+    c = config.calibration
+    windows = heldout_windows(loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid)
+    patches, compute = fit_patches(
+        loaded.model, plan.removed, windows.input_ids, c.batch_size, p.patch_ridge
+    )
+    plan.patch = patch_record(patches, p.patch_ridge, windows.describe(), compute)
+    return patches
+
+
+def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
+    """Base vs pruned perplexity on the first windows of the matched contract.
+
+    With ``cost.generative`` the record also holds the greedy-continuation agreement
+    (:mod:`swapprune.evaluation.generative`). With a linear patch the pruned model is the
+    patched one, and the record also holds the cost of the plain removal.
+    """
+    from swapprune.evaluation.cost import pruning_cost
+
+    c = config.cost
+    assert c is not None
+    windows = c.windows or None
+    from swapprune.cli.next_steps import cheaper_cut
+
+    then = cheaper_cut(config, plan)
+    gen = c.generative
+    if plan.op == "remove" and not patches:
+        return pruning_cost(
+            loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
+            generative=gen, then=then,
+        )  # fmt: skip
+    from swapprune.edit.surgery import apply_plan
+
+    edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
+    cost = pruning_cost(
+        loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold,
+        generative=gen, then=then,
+    )  # fmt: skip
+    if patches:
+        # The plain removal's perplexity only: its generation is not what the run keeps.
+        plain = pruning_cost(
+            loaded.model, loaded.tokenizer, plan.kept, windows=windows, generative=False
+        )
+        cost.unpatched = plain.to_dict()
+    return cost
+
+
+def evaluate(config: RunConfig, model, tokenizer):
+    """Run ``config.eval``'s tasks on an in-memory model."""
+    from swapprune.evaluation import evaluate as run_tasks
+
+    e = config.eval
+    assert e is not None
+    return run_tasks(
+        model,
+        tokenizer,
+        e.tasks,
+        limit=e.limit,
+        words=e.words,
+        max_length=e.max_length,
+        batch_size=e.batch_size,
+        n_boot=e.bootstrap,
+        per_article=e.per_article,
+    )
