@@ -72,7 +72,11 @@ def test_divergent_acts_interchange_guided(model, calib):
     plan, _ = run(model, calib, s)
     d = plan.scores["auto"]
     assert d["regime"]["call"] == "divergent" and d["action"].startswith("interchange-guided")
-    assert plan.removed == d["selections"]["interchange"] and plan.removed[0] in (1, 2)
+    # interchange's choice is the incumbent; auto may keep any set of the reference that beats it
+    cert = plan.scores["certificate"]
+    assert cert["chosen"] == d["selections"]["interchange"] and cert["chosen"][0] in (1, 2)
+    assert plan.removed == cert["kept"] == d["chosen"]
+    assert cert["switch_among"] == "reference"
     assert d["oracle_calls"] == 0 and plan.protocol == "auto"
     assert d["stability"]["interchange"]["frequency"] > 0.5
 
@@ -82,7 +86,8 @@ def test_tie_like_says_the_regime(model, calib):
     plan, _ = run(model, calib, s)
     d = plan.scores["auto"]
     assert d["regime"]["call"] == "tie-like" and "tie-like regime" in d["action"]
-    assert plan.removed == d["selections"]["interchange"]
+    assert plan.scores["certificate"]["chosen"] == d["selections"]["interchange"]
+    assert plan.removed == plan.scores["certificate"]["kept"]
     assert d["agree"] == (d["selections"]["interchange"] == d["selections"]["replacement"])
     assert any(line.startswith("tie-like regime: interchange") for line in decision_lines(d))
 

@@ -13,7 +13,7 @@ from swapprune.config import CalibrationConfig, SelectConfig
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, tranches
-from swapprune.select.certificate import certify, plausible_sets, spending_quantile
+from swapprune.select.certificate import certify, plausible_sets, spending_quantile, split_windows
 from swapprune.select.constraints import Constraints
 from swapprune.select.strategies import get_strategy
 
@@ -180,7 +180,7 @@ def test_heldout_windows_never_touch_the_scoring_windows():
         ({"certify_sets": 0}, "certify_sets must be >= 1"),
         ({"certify_delta": -0.5}, "certify_delta must be >= 0"),
         ({"certify_floor": 0.0}, "certify_floor must be in"),
-        ({"heldout_prompts": 1}, "heldout_prompts must be >= 2"),
+        ({"heldout_prompts": 1}, "heldout_prompts must be >= 4"),
     ],
 )
 def test_bad_certificate_settings_are_refused_before_any_model(kw, match):
@@ -200,36 +200,63 @@ def test_too_few_heldout_windows_is_one_line():
 def _cert(**kw):
     from swapprune.select.certificate import Certificate
 
-    fields = dict(chosen=[3, 5], kept=[3, 5], switched=False, gain=0.0, sets=[{"set": [3, 5]}],
+    fields = dict(chosen=[3, 5], kept=[3, 5], switched=False, gain=0.0,
+                  sets=[{"set": [3, 5], "source": "chosen", "cost_points": 30.0},
+                        {"set": [2, 5], "source": "criterion", "cost_points": 31.0},
+                        {"set": [1, 5], "source": "bi", "cost_points": 35.0}],
                   r95=0.25, quantile=0.95, r_stop=0.25, p_within=0.99, delta=1.5, certified=True,
                   mass_outside=None, plausible_from="bootstrap", windows=8, tokens=4088,
-                  n_boot=1000, seed=0)  # fmt: skip
+                  n_boot=1000, seed=0, choose_windows=4, measure_windows=4,
+                  scope="the calibration text (wikitext2-valid)")  # fmt: skip
     return Certificate(**(fields | kw))
 
 
 def test_the_certificate_line_says_what_was_shown():
     assert _cert().summary() == (
-        "certificate: certified: regret R95 0.25 dPPL points (<= 1.50 with P 0.99) against "
-        "1 plausible sets, on 8 held-out windows"
+        "certificate: certified: within 1.50 dPPL points of the cheapest of 3 cuts compared "
+        "(2 of the criterion's own sets, Block Influence's set) with 95% confidence (regret "
+        "R95 0.25), on 4 held-out windows of the calibration text (wikitext2-valid)"
     )
-    line = _cert(certified=False, switched=True, kept=[4, 6], gain=2.345, mass_outside=0.12)
+    best = {"set": [1, 5], "source": "bi", "cost_points": 12.0, "gain_points": 18.0}
+    line = _cert(certified=False, reasons=["regret", "mass"], r95=18.2, mass_outside=0.12,
+                 best=best, switched=True, chosen=[2, 5], gain=2.345)  # fmt: skip
     assert line.summary() == (
-        "certificate: NOT certified: regret R95 0.25 dPPL points (<= 1.50 with P 0.99) against "
-        "1 plausible sets, 12% of the bootstrap outside them, on 8 held-out windows; "
-        "[3, 5] -> [4, 6] (challenger better by 2.35 points)"
+        "certificate: NOT certified: Block Influence's set [1, 5] costs +12.0% against this "
+        "cut's +30.0%; the cut may be 18.20 dPPL points worse than the cheapest of 3 cuts "
+        "compared (2 of the criterion's own sets, Block Influence's set), above the tolerance "
+        "1.50; 12% of the selection's bootstrap fell outside the sets measured (at most 10% "
+        "certifies), on 4 held-out windows of the calibration text (wikitext2-valid); the "
+        "criterion chose [2, 5], [3, 5] was cheaper by 2.35 points on 4 other windows and was "
+        "kept"
     )
 
 
-def test_the_certificate_record():
-    d = _cert(extra={"looks": 2}).to_dict()
-    assert d == {
-        "chosen": [3, 5], "kept": [3, 5], "switched": False, "gain_points": 0.0,
-        "sets": [{"set": [3, 5]}], "r95_points": 0.25, "stop_quantile": 0.95,
-        "r_stop_points": 0.25, "p_within_delta": 0.99, "delta_points": 1.5, "certified": True,
-        "mass_outside": None, "plausible_from": "bootstrap",
-        "heldout": {"windows": 8, "tokens": 4088},
-        "bootstrap": {"resamples": 1000, "seed": 0, "unit": "held-out window"}, "looks": 2,
+def test_the_certificate_record_round_trips():
+    from swapprune.select.certificate import Certificate
+
+    cert = _cert(
+        extra={"looks": 2},
+        reasons=[],
+        best={"set": [2, 5], "source": "criterion", "cost_points": 31.0, "gain_points": -1.0},
+    )
+    d = cert.to_dict()
+    assert d["heldout"] == {
+        "windows": 8, "tokens": 4088, "choose": 4, "measure": 4,
+        "split": "the first half of the held-out windows chooses, the second measures",
+        "scope": "the calibration text (wikitext2-valid)",
     }  # fmt: skip
+    assert d["looks"] == 2 and d["mass_gate"] == 0.10 and d["switch_among"] == "own"
+    assert Certificate.from_dict(d | {"summary": cert.summary()}) == cert
+    # a record written before the split still reads: every window measured, no sources
+    old = {"chosen": [3, 5], "kept": [3, 5], "switched": False, "gain_points": 0.0,
+           "sets": [{"set": [3, 5], "cost_points": 30.0}], "r95_points": 0.0,
+           "stop_quantile": 0.95, "r_stop_points": 0.0, "p_within_delta": 1.0,
+           "delta_points": 1.5, "certified": True, "mass_outside": 0.2,
+           "plausible_from": "bootstrap", "heldout": {"windows": 8, "tokens": 4088},
+           "bootstrap": {"resamples": 1000, "seed": 0, "unit": "held-out window"}}  # fmt: skip
+    back = Certificate.from_dict(old)
+    assert back.measure_windows == 8 and back.reasons == [] and back.best is None
+    assert back.summary().startswith("certificate: certified: within 1.50 dPPL points")
 
 
 def test_plausible_sets_ties_the_floor_itself_eligibility_and_extras():
@@ -258,53 +285,62 @@ def test_certify_is_its_definition():
     rng = np.random.default_rng(9)
     tokens = rng.integers(200, 512, H).astype(float)
     base = 3.0 * tokens + rng.normal(0, 5, H)
-    cost = {(3, 5): 0.40, (4, 6): 0.30, (2, 7): 0.38, (1, 2): 0.40}
+    cost = {(3, 5): 0.40, (4, 6): 0.30, (2, 7): 0.38, (1, 2): 0.40, (8, 9): 0.20}
     nll = {s: base + np.log1p(c) * tokens + rng.normal(0, 2, H) for s, c in cost.items()}
     nll[(1, 2)] = nll[(3, 5)].copy()  # the chosen set's twin: never a winner (CI lower end 0)
-    got = certify((3, 5), nll, base, tokens, n_boot=B, seed=seed, mass_outside=0.1)
+    sources = {(8, 9): "bi"}  # an independent alternative: measured, never switched to
+    got = certify((3, 5), nll, base, tokens, sources=sources, n_boot=B, seed=seed,
+                  mass_outside=0.1)  # fmt: skip
 
-    idx = resample_indices(H, B, seed)
-    keys = [(3, 5), (4, 6), (2, 7), (1, 2)]
-    point = {s: np.exp((nll[s].sum() - base.sum()) / tokens.sum()) - 1 for s in keys}
-    boot = {
-        s: np.exp((nll[s][idx].sum(axis=1) - base[idx].sum(axis=1)) / tokens[idx].sum(axis=1)) - 1
-        for s in keys
-    }
-    level = 0.05 / 3
-    rows, winners = [{"set": [3, 5], "cost_points": 100 * point[(3, 5)]}], []
-    for s in keys[1:]:
-        lo, hi = np.percentile(
-            100 * (boot[(3, 5)] - boot[s]), [100 * level / 2, 100 * (1 - level / 2)]
-        )
-        rows.append({"set": list(s), "cost_points": 100 * point[s],
-                     "better_than_chosen_ci": [float(lo), float(hi)]})  # fmt: skip
+    keys = [(3, 5), (4, 6), (2, 7), (1, 2), (8, 9)]
+    ch, me = list(range(6)), list(range(6, 12))  # the first half chooses, the rest measures
+
+    def costs(ix, s_):
+        idx = resample_indices(len(ix), B, s_)
+        t, b = tokens[ix], base[ix]
+        point = {s: np.exp((nll[s][ix].sum() - b.sum()) / t.sum()) - 1 for s in keys}
+        boot = {s: np.exp((nll[s][ix][idx].sum(1) - b[idx].sum(1)) / t[idx].sum(1)) - 1
+                for s in keys}  # fmt: skip
+        return point, boot
+
+    pc, bc = costs(ch, seed)
+    pm, bm = costs(me, seed + 1)
+    own = [(4, 6), (2, 7), (1, 2)]  # a protocol-guided run switches only among its own sets
+    level = 0.05 / len(own)
+    winners, cis = [], {}
+    for s in own:
+        lo, hi = np.percentile(100 * (bc[(3, 5)] - bc[s]), [100 * level / 2, 100 * (1 - level / 2)])
+        cis[s] = [float(lo), float(hi)]
         if lo > 0:
             winners.append(s)
-    assert winners == [(4, 6), (2, 7)]  # (1, 2) ties exactly: its lower end is 0
-    kept = (4, 6)
-    regret = 100 * (boot[kept] - np.min(np.stack([boot[s] for s in keys]), axis=0))
-    tol = max(1.0, 0.05 * 100 * point[kept])
-    record = got.to_dict()
-    for have, want in zip(record.pop("sets"), rows, strict=True):
-        assert have["set"] == want["set"] and have["cost_points"] == pytest.approx(
-            want["cost_points"]
-        )
-        assert have.get("better_than_chosen_ci") == (
-            pytest.approx(want["better_than_chosen_ci"])
-            if "better_than_chosen_ci" in want
-            else None
-        )
-    assert record == {
-        "chosen": [3, 5], "kept": [4, 6], "switched": True,
-        "gain_points": pytest.approx(100 * (point[(3, 5)] - point[kept])),
-        "r95_points": pytest.approx(float(np.percentile(regret, 95))), "stop_quantile": 0.95,
-        "r_stop_points": pytest.approx(float(np.percentile(regret, 95))),
-        "p_within_delta": pytest.approx(float(np.mean(regret <= tol))),
-        "delta_points": pytest.approx(tol), "certified": bool(np.percentile(regret, 95) <= tol),
-        "mass_outside": 0.1, "plausible_from": "bootstrap",
-        "heldout": {"windows": H, "tokens": int(tokens.sum())},
-        "bootstrap": {"resamples": B, "seed": seed, "unit": "held-out window"},
-    }  # fmt: skip
+    kept = min(winners, key=lambda s: (pc[s], s)) if winners else (3, 5)
+    regret = 100 * (bm[kept] - np.min(np.stack([bm[s] for s in keys]), axis=0))
+    tol = max(1.0, 0.05 * 100 * min(pm.values()))  # anchored on the best of R, not on kept
+    r95 = float(np.percentile(regret, 95))
+    assert got.kept == list(kept) and got.switched == (kept != (3, 5))
+    assert got.gain == pytest.approx(100 * (pc[(3, 5)] - pc[kept]))
+    assert got.r95 == pytest.approx(r95) and got.r_stop == pytest.approx(r95)
+    assert got.delta == pytest.approx(tol)
+    assert got.p_within == pytest.approx(float(np.mean(regret <= tol)))
+    assert got.certified == (r95 <= tol) and got.reasons == ([] if r95 <= tol else ["regret"])
+    for row, s in zip(got.sets, keys, strict=True):
+        assert row["set"] == list(s)
+        assert row["cost_points"] == pytest.approx(100 * pm[s])
+        assert row["choose_cost_points"] == pytest.approx(100 * pc[s])
+        assert row.get("better_than_chosen_ci") == (pytest.approx(cis[s]) if s in cis else None)
+    assert [r["source"] for r in got.sets] == [
+        "chosen",
+        "criterion",
+        "criterion",
+        "criterion",
+        "bi",
+    ]
+    others = [s for s in keys if s != kept]
+    b = min(others, key=lambda s: (pm[s], s))
+    assert got.best == {"set": list(b), "source": "bi" if b == (8, 9) else "criterion",
+                        "cost_points": pytest.approx(100 * pm[b]),
+                        "gain_points": pytest.approx(100 * (pm[kept] - pm[b]))}  # fmt: skip
+    assert (got.choose_windows, got.measure_windows, got.windows) == (6, 6, 12)
     assert certify((3, 5), nll, base, tokens) == certify((3, 5), nll, base, tokens, seed=0)
 
 
@@ -339,3 +375,103 @@ def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
     # no certificate measured (no held-out windows): the record is left as it was
     assert reconcile_stop({"stopped": "stable"}, {"certified": None}) == {"stopped": "stable"}
     assert reconcile_stop(None, {"certified": True}) is None
+
+
+def test_a_stably_wrong_criterion_is_not_certified_and_bi_is_named():
+    """The criterion's plausible sets all cost ~+300%; Block Influence's set costs +50%."""
+    costs = {(3, 5): 3.0, (3, 6): 3.05, (2, 5): 3.1, (1, 4): 0.5}
+    nll, base, tokens = nll_table(costs, noise=0.01)
+    cert = certify((3, 5), nll, base, tokens, sources={(1, 4): "bi"}, mass_outside=0.0)
+    # a protocol-guided run does not switch to an independent alternative ...
+    assert cert.kept == [3, 5] and not cert.switched
+    # ... and is not certified when it is much cheaper
+    assert not cert.certified and cert.reasons == ["regret"]
+    assert cert.best["set"] == [1, 4] and cert.best["source"] == "bi"
+    assert cert.best["gain_points"] == pytest.approx(250, abs=5)
+    assert "Block Influence's set [1, 4] costs +49.8% against this cut's +301.0%" in cert.summary()
+    # the delta is anchored on the best alternative (+50%: 2.5 points), not on +300%
+    assert cert.delta == pytest.approx(2.5, abs=0.1)
+    # auto may switch to anything in R: it takes BI's set and is certified
+    auto = certify((3, 5), nll, base, tokens, sources={(1, 4): "bi"}, switch_to="reference")
+    assert auto.kept == [1, 4] and auto.switched and auto.certified
+
+
+def test_the_summary_names_the_command_of_the_better_set():
+    from swapprune.cli.summary import certificate_fix
+    from swapprune.config import ModelConfig, RunConfig
+
+    costs = {(3, 5): 3.0, (3, 6): 3.05, (1, 4): 0.5}
+    nll, base, tokens = nll_table(costs, noise=0.01)
+    cert = certify((3, 5), nll, base, tokens, sources={(1, 4): "bi"})
+    cfg = RunConfig(model=ModelConfig("smollm2-135m"), prune=SelectConfig(budget=2))
+    line = certificate_fix(cert.to_dict(), cfg, "out")
+    assert "--protocol bi" in line and "[1, 4]" in line and "\n" not in line
+    other = certify((3, 5), nll, base, tokens, sources={(1, 4): "neighbour"})
+    assert "--protocol auto" in certificate_fix(other.to_dict(), cfg, "out")
+
+
+def test_delta_does_not_grow_when_every_plausible_set_gets_worse():
+    """Shifting every set of A up by the same cost leaves delta where the best alternative is."""
+    good = {(3, 5): 0.30, (3, 6): 0.32, (1, 4): 0.20}
+    worse = {(3, 5): 1.30, (3, 6): 1.32, (1, 4): 0.20}  # A worse by 100 points, BI as it was
+    d = []
+    for costs in (good, worse):
+        nll, base, tokens = nll_table(costs, noise=0.0)
+        d.append(certify((3, 5), nll, base, tokens, sources={(1, 4): "bi"}).delta)
+    assert d[0] == pytest.approx(d[1]) == pytest.approx(1.0)  # max(1, 5% of 20 points)
+    # with the kept set the best of R, its own cost is the anchor: 5% of +130% then
+    nll, base, tokens = nll_table({(3, 5): 1.30, (3, 6): 1.32}, noise=0.0)
+    assert certify((3, 5), nll, base, tokens).delta == pytest.approx(6.5, rel=1e-6)
+
+
+def test_a_certificate_with_too_much_bootstrap_outside_is_not_certified():
+    nll, base, tokens = nll_table({(3, 5): 0.30, (4, 6): 0.30}, noise=0.002)
+    ok = certify((3, 5), nll, base, tokens, mass_outside=0.10)
+    assert ok.certified
+    out = certify((3, 5), nll, base, tokens, mass_outside=0.11)
+    assert not out.certified and out.reasons == ["mass"] and out.r_stop <= out.delta
+    assert "11% of the selection's bootstrap fell outside" in out.summary()
+    # a selection that cannot be resampled has no mass: only the regret decides
+    assert certify((3, 5), nll, base, tokens, mass_outside=None).certified
+
+
+def test_the_switch_is_chosen_on_one_half_and_the_regret_measured_on_the_other():
+    """A challenger better only on the measuring windows is not switched to, and the reverse."""
+    nll, base, tokens = nll_table({(3, 5): 0.40, (4, 6): 0.40}, noise=0.0)
+    choose, measure = split_windows(H)
+    assert set(choose).isdisjoint(measure) and sorted(choose + measure) == list(range(H))
+    late = {k: v.copy() for k, v in nll.items()}
+    late[(4, 6)][measure] -= 0.2 * tokens[measure]  # cheaper where the regret is measured
+    cert = certify((3, 5), late, base, tokens)
+    assert not cert.switched and not cert.certified  # it shows as regret, not as a switch
+    early = {k: v.copy() for k, v in nll.items()}
+    early[(4, 6)][choose] -= 0.2 * tokens[choose]  # cheaper where the choice is made
+    cert = certify((3, 5), early, base, tokens)
+    assert cert.switched and cert.kept == [4, 6]
+    with pytest.raises(ValueError, match="disjoint"):
+        certify((3, 5), nll, base, tokens, choose=[0, 1, 2], measure=[2, 3, 4])
+
+
+def test_the_choosing_and_measuring_windows_share_no_tokens():
+    """On real held-out windows: the two halves are different spans of the text."""
+    tok = tiny_tokenizer()
+    scoring = load_calibration(tok, None, prompts=8, tokens=32, seed=0)
+    held = heldout_windows(tok, None, 8, 64, 0, [scoring])
+    choose, measure = split_windows(held.input_ids.shape[0])
+    spans_c = [held.spans[i] for i in choose]
+    spans_m = [held.spans[i] for i in measure]
+    for a0, a1 in spans_c:
+        for b0, b1 in spans_m:
+            assert a1 <= b0 or b1 <= a0  # no token position in both
+    rows_c = {tuple(held.input_ids[i].tolist()) for i in choose}
+    rows_m = {tuple(held.input_ids[i].tolist()) for i in measure}
+    assert not rows_c & rows_m
+
+
+def test_neighbours_move_one_block_within_the_constraints():
+    from swapprune.select.reference import shifted_sets
+
+    cons = Constraints(10, protect_first=1, protect_last=1)
+    assert shifted_sets([1, 5], cons) == [(2, 5), (1, 4), (1, 6)]  # 0 is protected
+    assert shifted_sets([4, 5], cons) == [(3, 5), (4, 6)]  # onto a removed block: no
+    assert shifted_sets([1, 5], cons, ok=lambda s: 6 not in s) == [(2, 5), (1, 4)]

@@ -47,6 +47,31 @@ def heldout_rerun(cfg: RunConfig, out: Path, windows: int) -> str:
     return command_line(run)
 
 
+#: The criterion that produces a set of each independent source; others: ``auto``.
+SOURCE_CRITERION = {"bi": "bi"}
+
+
+def better_cut(cfg: RunConfig, out, best: dict) -> str:
+    """The command that produces ``best``, the certificate's cheaper independent alternative.
+
+    Block Influence's set: ``--protocol bi``; the other protocol's choice: that protocol;
+    a neighbour, the beam's or a landscape set: ``--protocol auto``, which may switch to
+    any set of its reference.
+    """
+    assert cfg.prune is not None
+    if best["source"] == "other protocol":
+        protocol = "replacement" if cfg.prune.protocol == "interchange" else "interchange"
+    else:
+        protocol = SOURCE_CRITERION.get(best["source"], "auto")
+    budget = cfg.prune.budget or len(best["set"])
+    run = changed(
+        cfg,
+        prune={"protocol": protocol, "strategy": None, "scores": None},
+        export={"output": default_output(cfg.model.name, protocol, budget), "overwrite": False},
+    )
+    return command_line(run)
+
+
 def prune_from_scores(cfg: RunConfig, scores_path, scores) -> str:
     """Select on a scores file just written: same model and windows, a criterion it holds."""
     have = scores.protocols()

@@ -82,7 +82,9 @@ class SelectConfig:
         "cut's cost, whichever is larger)",
     )
     heldout_prompts: int = opt(
-        8, "held-out windows of the certificate (auto searches on as many more)"
+        8,
+        "held-out windows of the certificate: the first half chooses, the second measures "
+        "the regret (auto searches on as many more)",
     )
     heldout_tokens: int | None = opt(
         None, "tokens per held-out window (default: 512, or the model's context if shorter)"
@@ -152,7 +154,7 @@ class SelectConfig:
             raise SwappruneError(
                 "--serve keeps a removal in phase; it does not combine with --op merge"
             )
-        positive("heldout_prompts", self.heldout_prompts, 2)
+        positive("heldout_prompts", self.heldout_prompts, 4)  # half choose, half measure
         positive("heldout_tokens", self.heldout_tokens, 2)
         check_text_file("heldout_calib", self.heldout_calib)
         if not 0 < self.stability_threshold <= 1:

@@ -166,7 +166,10 @@ def heldout(config: RunConfig, loaded: Loaded, calibration):
         verify = heldout_windows(
             loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify]
         )
-    return Heldout(certify, verify)
+    same = source == c.calib or (source is None and c.calib is None)
+    text = certify.source
+    scope = f"the calibration text ({text})" if same else f"{text}, not the calibration text"
+    return Heldout(certify, verify, scope=scope)
 
 
 def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):

@@ -102,7 +102,9 @@ def select(
         if spec.certify and heldout is not None:
             from swapprune.select.reference import certified_plan
 
-            plan = certified_plan(model, spec, plan, scores, heldout, quantile=quantile)
+            plan = certified_plan(
+                model, spec, plan, scores, heldout, quantile=quantile, calibration=calibration
+            )
             if record is not None:
                 from swapprune.select.reference import reconcile_stop
 

@@ -367,7 +367,7 @@ def adaptive_score(
     if heldout is not None and spec.certify:
         from swapprune.select.reference import certificate_judge
 
-        judge = certificate_judge(model, spec, heldout, crits)
+        judge = certificate_judge(model, spec, heldout, crits, pool)
     result = tranches(
         measure,
         pairs,

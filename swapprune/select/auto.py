@@ -47,6 +47,7 @@ import numpy as np
 from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria as criteria_mod
+from swapprune.select.certificate import plausible_sets
 from swapprune.select.constraints import Constraints
 from swapprune.select.regime import regime_of, summary_line
 from swapprune.select.search import beam_over
@@ -198,7 +199,9 @@ def select_auto(
             )
             verified = [found]
     if spec.certify and heldout is not None:
-        plan = _certified(model, spec, plan, stab, selections, verified, heldout, quantile)
+        plan = _certified(
+            model, spec, plan, stab, selections, verified, heldout, quantile, calibration
+        )
     decision["chosen"] = list(plan.removed)
     if adaptive_record is not None:
         from swapprune.select.reference import reconcile_stop
@@ -211,30 +214,40 @@ def select_auto(
     return plan, scores
 
 
-def _certified(model, spec, plan, stab, selections, verified, heldout, quantile):
-    """Interchange's choice, certified against both protocols' plausible sets and the beam's."""
+def _certified(model, spec, plan, stab, selections, verified, heldout, quantile, calibration):
+    """Interchange's choice, certified against the whole reference, which ``auto`` may switch to.
+
+    ``A`` is both protocols' plausible sets (their bootstraps pooled); the independent
+    alternatives are the beam's set, replacement's choice, Block Influence's set and the
+    landscape's top sets; the kept set's neighbours join them.
+    """
     from swapprune.plan import PrunePlan
-    from swapprune.select.certificate import plausible_sets
-    from swapprune.select.reference import certify_sets, eligible, pooled_counts
+    from swapprune.select.reference import (
+        bi_choice,
+        eligible,
+        pooled_counts,
+        reference_certificate,
+    )
 
     counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
-    ok = eligible(spec) or (lambda _s: True)  # the in-phase constraint (--serve)
-    # The beam's set and replacement's choice first, then the bootstrap's, within the cap.
-    first = [s for s in (*verified, selections["replacement"]) if s != plan.removed and ok(s)]
-    room = max(1, spec.certify_sets - len({tuple(s) for s in first}))
-    sets, _ = plausible_sets(
-        plan.removed, counts, spec.certify_floor, room, eligible=eligible(spec)
+    own, _ = plausible_sets(
+        plan.removed, counts, spec.certify_floor, spec.certify_sets, eligible=eligible(spec)
     )
-    for s in first:
-        if tuple(s) not in sets:
-            sets.insert(1, tuple(s))
-    sets = sets[: max(spec.certify_sets, 1 + len(verified))]
-    total = sum(counts.values())
-    mass = 1 - sum(counts.get(s, 0) for s in sets) / total if total else None
-    cert = certify_sets(
-        model, spec, heldout, plan.removed, sets, mass_outside=mass, quantile=quantile
-    )
+    independents: dict[tuple[int, ...], str] = {}
+    for s in verified:
+        independents[tuple(sorted(s))] = "beam"
+    independents.setdefault(tuple(sorted(selections["replacement"])), "other protocol")
+    bi = bi_choice(model, spec, calibration, heldout)
+    if bi is not None:
+        independents.setdefault(bi, "bi")
+    for s in spec.landscape:
+        independents.setdefault(tuple(sorted(s)), "landscape")
+    cert = reference_certificate(
+        model, spec, heldout, plan.removed, own, independents,
+        counts=counts or None, switch_to="reference", quantile=quantile,
+    )  # fmt: skip
     cert.extra["compute"] = heldout.compute("certify")
+    cert.extra["reference_compute"] = heldout.compute("reference")
     if cert.switched:
         plan = PrunePlan.from_removal(
             plan.num_layers,

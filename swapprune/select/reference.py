@@ -1,15 +1,21 @@
-"""Certifying a cut on held-out windows: plausible sets, their NLL, the certificate.
+"""The reference set of a certificate and its measurement on held-out windows.
 
 The statistics are :mod:`swapprune.select.certificate` (pure); this module
-supplies them: the plausible sets of a selection (from its bootstrap over the
-scoring windows, or, for selections that cannot be resampled from kept values,
-the strategy's next choices), each set's per-window NLL on the held-out windows
-(one evaluation per set, remembered), and the plan that comes out.
+supplies them. The reference ``R`` of a cut is built here: the criterion's
+plausible sets (from its bootstrap over the scoring windows, or, for selections
+that cannot be resampled from kept values, the strategy's next choices), and sets
+that do not come from the criterion: Block Influence's set (one forward pass over
+the calibration windows), the other protocol's choice when both were probed,
+``auto``'s beam set, the exact landscape's top sets when a landscape is given, and
+the kept set's +-1 neighbours, screened on two of the choosing windows and the
+best :data:`NEIGHBOURS` carried to all of them. Each set's per-window NLL on the
+held-out windows is measured once and remembered, and the plan comes out with its
+certificate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +23,21 @@ import numpy as np
 
 from swapprune.plan import PrunePlan
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.certificate import Certificate, certify, plausible_sets
+from swapprune.select.certificate import (
+    Certificate,
+    Removal,
+    certify,
+    mass_outside,
+    plausible_sets,
+)
+from swapprune.select.constraints import Constraints
 from swapprune.select.spec import SelectionSpec
+from swapprune.stats import LEVEL
+
+#: Held-out windows the +-1 neighbours are screened on (the first choosing windows).
+SCREEN_WINDOWS = 2
+#: Neighbours carried from the screening to every held-out window.
+NEIGHBOURS = 2
 
 
 @dataclass
@@ -32,7 +51,10 @@ class Heldout:
 
     certify: Any
     verify: Any = None
+    scope: str = ""
     _oracles: dict = field(default_factory=dict, repr=False)
+    _spent: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
 
     def windows(self) -> list:
         """Every held-out window set (others, such as patch windows, keep clear of them)."""
@@ -43,14 +65,32 @@ class Heldout:
         if which not in self._oracles:
             from swapprune.engine.oracle import CalibrationOracle
 
-            windows = self.certify if which == "certify" else self.verify
-            self._oracles[which] = CalibrationOracle(model, windows.input_ids, batch_size, "ppl")
+            if which == "screen":  # the first two choosing windows
+                ids = self.certify.input_ids[:SCREEN_WINDOWS]
+            else:
+                ids = (self.certify if which == "certify" else self.verify).input_ids
+            self._oracles[which] = CalibrationOracle(model, ids, batch_size, "ppl")
         return self._oracles[which]
 
+    def spend(self, which: str, compute: dict) -> None:
+        """Record work done for the reference outside these windows (BI's forward pass)."""
+        have = self._spent.setdefault(which, {"block_evals": 0, "block_tokens": 0})
+        for k in have:
+            have[k] += int(compute.get(k, 0))
+
     def compute(self, which: str) -> dict:
-        """Block evaluations and block-tokens spent on ``which`` windows so far."""
+        """Block evaluations and block-tokens spent on ``which`` windows so far.
+
+        ``reference``: the independent alternatives' extra work (BI's pass over the
+        calibration windows, the neighbours' screening).
+        """
+        zero = {"block_evals": 0, "block_tokens": 0}
+        if which == "reference":
+            screen = self.compute("screen")
+            spent = self._spent.get("reference", zero)
+            return {k: screen[k] + spent[k] for k in zero}
         o = self._oracles.get(which)
-        return o.compute() if o is not None else {"block_evals": 0, "block_tokens": 0}
+        return o.compute() if o is not None else zero
 
 
 def window_nll(oracle, removed: Sequence[int]) -> np.ndarray:
@@ -59,7 +99,7 @@ def window_nll(oracle, removed: Sequence[int]) -> np.ndarray:
     return oracle.window_costs(sorted(removed), "ppl") * tokens
 
 
-def neighbours(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[int, ...]]:
+def next_choices(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[int, ...]]:
     """The strategy's next choices: the selection again with one chosen block ruled out.
 
     For selections that cannot be resampled from kept values (model-measured
@@ -95,17 +135,18 @@ def neighbours(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[i
 
 
 def plausible(spec, plan, scores, extra: Sequence[Sequence[int]] = ()):
-    """``(A, mass_outside, how)`` for ``plan``'s selection."""
+    """``(A, counts, how)`` for ``plan``'s selection: its plausible sets, the bootstrap's
+    counts (``None`` when it cannot be resampled) and how ``A`` was built."""
     from swapprune.select.stability import plan_stability
 
     stab = plan_stability(plan, scores, spec.constraints, spec.n_boot, spec.seed)
     ok = eligible(spec)
     if stab is not None:
-        sets, mass = plausible_sets(
+        sets, _ = plausible_sets(
             plan.removed, stab.counts, spec.certify_floor, spec.certify_sets, extra, ok
         )
-        return sets, mass, "bootstrap"
-    more = neighbours(spec, plan, spec.certify_sets - 1)
+        return sets, stab.counts, "bootstrap"
+    more = next_choices(spec, plan, spec.certify_sets - 1)
     sets, _ = plausible_sets(
         plan.removed, None, max_sets=spec.certify_sets, extra=[*extra, *more], eligible=ok
     )
@@ -117,52 +158,163 @@ def eligible(spec: SelectionSpec) -> Callable[[Sequence[int]], bool] | None:
     return spec.serve.in_phase if spec.serve is not None else None
 
 
-def certify_sets(
+def shifted_sets(
+    removed: Sequence[int], cons: Constraints, ok: Callable[[Removal], bool] | None = None
+) -> list[Removal]:
+    """The +-1 neighbours of a removal set: one removed block moved to an adjacent block.
+
+    Only moves onto a removable block that is not removed already, and (``ok``) sets
+    the in-phase constraint admits. Pure.
+    """
+    have = set(removed)
+    free = set(cons.candidates())
+    accept = ok or (lambda _s: True)
+    out: list[Removal] = []
+    for b in sorted(have):
+        for t in (b - 1, b + 1):
+            if t in free and t not in have:
+                s = tuple(sorted((have - {b}) | {t}))
+                if s not in out and accept(s):
+                    out.append(s)
+    return out
+
+
+def bi_choice(model, spec: SelectionSpec, calibration, heldout: Heldout) -> Removal | None:
+    """Block Influence's set at the same budget and constraints (one pass over ``calibration``).
+
+    Remembered on ``heldout``; its work is recorded there as the reference's.
+    """
+    if "bi" in heldout._memo:
+        return heldout._memo["bi"]
+    found = None
+    if calibration is not None and spec.op == "remove":
+        from swapprune.select.core import select_fixed
+
+        plan, _ = select_fixed(
+            model, spec.for_criterion("bi", True), calibration, None, progress=False
+        )
+        heldout.spend("reference", plan.scores.get("oracle_compute") or {})
+        found = tuple(plan.removed)
+    heldout._memo["bi"] = found
+    return found
+
+
+def other_choice(model, spec: SelectionSpec, calibration, scores) -> tuple[str, Removal] | None:
+    """The other swap protocol's choice, when ``scores`` hold both protocols."""
+    name = spec.criterion.name
+    if name not in criteria_mod.SWAP or scores is None:
+        return None
+    if not all(p in scores.protocols() for p in criteria_mod.SWAP):
+        return None
+    from swapprune.select.core import select_fixed
+
+    other = next(p for p in criteria_mod.SWAP if p != name)
+    plan, _ = select_fixed(model, spec.for_criterion(other), calibration, scores, progress=False)
+    return other, tuple(plan.removed)
+
+
+def independent_sets(
+    model, spec: SelectionSpec, calibration, scores, heldout: Heldout
+) -> dict[Removal, str]:
+    """The reference's sets that do not come from the criterion, by source.
+
+    Block Influence's set; the other protocol's choice when both protocols were probed;
+    the landscape's top sets (``spec.landscape``) when a landscape was given.
+    """
+    out: dict[Removal, str] = {}
+    bi = bi_choice(model, spec, calibration, heldout)
+    if bi is not None:
+        out[bi] = "bi"
+    other = other_choice(model, spec, calibration, scores)
+    if other is not None:
+        out.setdefault(other[1], "other protocol")
+    for s in spec.landscape:
+        out.setdefault(tuple(sorted(s)), "landscape")
+    return out
+
+
+def reference_certificate(
     model,
     spec: SelectionSpec,
     heldout: Heldout,
     chosen: Sequence[int],
-    sets: Sequence[Sequence[int]],
+    own: Sequence[Sequence[int]],
+    independents: Mapping[Removal, str],
     *,
-    mass_outside: float | None = None,
+    counts: Mapping[Removal, int] | None = None,
+    switch_to: str = "own",
     plausible_from: str = "bootstrap",
     quantile: float | None = None,
+    near: bool = True,
 ) -> Certificate:
-    """The certificate of ``chosen`` against ``sets``, measured on the certify windows."""
+    """The certificate of ``chosen`` against ``R = own + independents + neighbours``.
+
+    Args:
+        own: the criterion's plausible sets ``A`` (``chosen`` first).
+        independents: further sets by source (:func:`independent_sets`, ``auto``'s beam).
+        counts: the selection's bootstrap counts: the mass outside every set measured.
+        switch_to: ``own`` (a protocol-guided run) or ``reference`` (``auto``).
+        near: add the kept set's +-1 neighbours: each screened on the first
+            :data:`SCREEN_WINDOWS` choosing windows, the best :data:`NEIGHBOURS` measured
+            on all (the adaptive loop's looks leave them out).
+    """
+    ok = eligible(spec) or (lambda _s: True)
+    s0 = tuple(sorted(chosen))
+    sources: dict[Removal, str] = {s0: "chosen"}
+    for s in own:
+        sources.setdefault(tuple(sorted(s)), "criterion")
+    for s, src in independents.items():
+        s = tuple(sorted(s))
+        if s not in sources and ok(s) and len(s) == len(s0):
+            sources[s] = src
     oracle = heldout.oracle(model, "certify", spec.batch_size)
-    nll = {tuple(sorted(s)): window_nll(oracle, s) for s in sets}
+    nll = {s: window_nll(oracle, s) for s in sources}
     tokens = np.full(oracle.input_ids.shape[0], oracle.input_ids.shape[1] - 1, dtype=float)
-    kw = {} if quantile is None else {"quantile": quantile}
-    return certify(
-        chosen,
-        nll,
-        window_nll(oracle, []),
-        tokens,
-        delta=spec.certify_delta,
-        mass_outside=mass_outside,
-        plausible_from=plausible_from,
-        n_boot=spec.n_boot,
-        seed=spec.seed,
-        **kw,
-    )
+    base = window_nll(oracle, [])
+
+    def measure() -> Certificate:
+        return certify(
+            s0,
+            nll,
+            base,
+            tokens,
+            sources=sources,
+            switch_to=switch_to,
+            delta=spec.certify_delta,
+            mass_outside=mass_outside(counts, list(sources)),
+            plausible_from=plausible_from,
+            n_boot=spec.n_boot,
+            seed=spec.seed,
+            scope=heldout.scope,
+            quantile=LEVEL if quantile is None else quantile,
+        )
+
+    cert = measure()
+    if near:
+        moved = [s for s in shifted_sets(cert.kept, spec.constraints, ok) if s not in sources]
+        if moved:
+            screen = heldout.oracle(model, "screen", spec.batch_size)
+            ranked = sorted(moved, key=lambda s: (float(window_nll(screen, s).sum()), s))
+            for s in ranked[:NEIGHBOURS]:
+                sources[s] = "neighbour"
+                nll[s] = window_nll(oracle, s)
+            cert = measure()
+    return cert
 
 
 def certified_plan(
-    model, spec, plan: PrunePlan, scores, heldout: Heldout, extra=(), quantile=None
-) -> PrunePlan:
+    model, spec, plan: PrunePlan, scores, heldout: Heldout, extra=(), quantile=None,
+    calibration=None,
+) -> PrunePlan:  # fmt: skip
     """``plan``, or the challenger that beat it, with the certificate in ``plan.scores``."""
-    sets, mass, how = plausible(spec, plan, scores, extra)
-    cert = certify_sets(
-        model,
-        spec,
-        heldout,
-        plan.removed,
-        sets,
-        mass_outside=mass,
-        plausible_from=how,
-        quantile=quantile,
-    )
+    own, counts, how = plausible(spec, plan, scores, extra)
+    independents = independent_sets(model, spec, calibration, scores, heldout)
+    cert = reference_certificate(
+        model, spec, heldout, plan.removed, own, independents,
+        counts=counts, plausible_from=how, quantile=quantile,
+    )  # fmt: skip
     cert.extra["compute"] = heldout.compute("certify")
+    cert.extra["reference_compute"] = heldout.compute("reference")
     out = plan
     if cert.switched:
         out = PrunePlan.from_removal(
@@ -193,32 +345,44 @@ def pooled_counts(stability: dict) -> dict:
     return out
 
 
-def certificate_judge(model, spec: SelectionSpec, heldout, crits: Sequence) -> Callable:
-    """The stopping rule: certify the first criterion's choice at the spent quantile."""
+def certificate_judge(
+    model, spec: SelectionSpec, heldout, crits: Sequence, calibration=None
+) -> Callable:
+    """The stopping rule: certify the first criterion's choice at the spent quantile.
+
+    Each look compares the choice with the criteria's plausible sets, the other criteria's
+    choices and Block Influence's set; the kept set's neighbours wait for the final
+    certificate (:func:`reconcile_stop` says when it disagrees with the stop).
+    """
     from swapprune.select.certificate import spending_quantile
 
     def judge(scores, stability: dict, look: int, looks: int) -> dict:
         q = spending_quantile(looks)
         first = stability[crits[0].name]
-        others = [stability[c.name].chosen for c in crits[1:]]
-        sets, mass = plausible_sets(
-            first.chosen,
-            pooled_counts(stability),
-            spec.certify_floor,
-            spec.certify_sets,
-            others,
-            eligible(spec),
+        counts = pooled_counts(stability)
+        own, _ = plausible_sets(
+            first.chosen, counts, spec.certify_floor, spec.certify_sets, (), eligible(spec)
         )
-        cert = certify_sets(model, spec, heldout, first.chosen, sets, mass_outside=mass, quantile=q)
+        independents: dict[Removal, str] = {}
+        bi = bi_choice(model, spec, calibration, heldout)
+        if bi is not None:
+            independents[bi] = "bi"
+        for c in crits[1:]:
+            independents.setdefault(tuple(sorted(stability[c.name].chosen)), "other protocol")
+        cert = reference_certificate(
+            model, spec, heldout, first.chosen, own, independents,
+            counts=counts, quantile=q, near=False,
+        )  # fmt: skip
         return {
             "certified": cert.certified,
             "quantile": q,
             "r_stop_points": cert.r_stop,
             "r95_points": cert.r95,
             "delta_points": cert.delta,
-            "sets": len(sets),
+            "sets": len(cert.sets),
             "kept": cert.kept,
-            "mass_outside": mass,
+            "mass_outside": cert.mass_outside,
+            "reasons": cert.reasons,
         }
 
     return judge

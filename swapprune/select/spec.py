@@ -71,6 +71,8 @@ class SelectionSpec:
         certify, certify_sets, certify_floor, certify_delta: the regret certificate
             (:mod:`swapprune.select.certificate`); merges are not certified.
         auto_shortlist: where ``auto``'s both-high beam takes its shortlist from.
+        landscape: the exact landscape's top sets at this budget (``--landscape``), which
+            join the certificate's reference.
     """
 
     name: str
@@ -97,6 +99,7 @@ class SelectionSpec:
     certify_floor: float = 0.05
     certify_delta: float | None = None
     auto_shortlist: str = "swap"
+    landscape: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_layers(self) -> int:
@@ -120,10 +123,15 @@ class SelectionSpec:
             self.policy != "fixed" or c.probes or c.needs_model or s.queries_model or c.tiebreak
         )
 
-    def for_criterion(self, name: str) -> SelectionSpec:
-        """The same request ranked by criterion ``name`` with its own default strategy."""
+    def for_criterion(self, name: str, own_strategy: bool = False) -> SelectionSpec:
+        """The same request ranked by criterion ``name``.
+
+        With the strategy asked for (unless ``auto``), or, with ``own_strategy``, the
+        criterion's own default (Block Influence's set in the certificate's reference).
+        """
         crit = criteria_mod.get(name)
-        strategy = _strategy(self.strategy_name if self.name != AUTO else None, crit, self)
+        keep = self.name != AUTO and not own_strategy
+        strategy = _strategy(self.strategy_name if keep else None, crit, self)
         return replace(
             self,
             name=name,
