@@ -475,3 +475,24 @@ def test_neighbours_move_one_block_within_the_constraints():
     assert shifted_sets([1, 5], cons) == [(2, 5), (1, 4), (1, 6)]  # 0 is protected
     assert shifted_sets([4, 5], cons) == [(3, 5), (4, 6)]  # onto a removed block: no
     assert shifted_sets([1, 5], cons, ok=lambda s: 6 not in s) == [(2, 5), (1, 4)]
+
+
+def test_the_loop_stops_when_an_independent_alternative_is_clearly_cheaper():
+    """More windows refine the criterion's own sets; they cannot close a gap to BI's set."""
+
+    def judge(scores, stability, look, n_looks):
+        chosen = tuple(stability["interchange"].chosen)
+        costs = {chosen: 2.0, (0, 11): 0.3}  # BI's set, far cheaper on held-out windows
+        nll, base, tokens = nll_table(costs, noise=0.01, seed=look)
+        cert = certify(chosen, nll, base, tokens, sources={(0, 11): "bi"},
+                       quantile=spending_quantile(n_looks))  # fmt: skip
+        return {"certified": cert.certified, "futile": cert.futile}
+
+    res, calls = _run(judge)
+    assert res.stopped == "futile" and len(res.rounds) == 1 and len(calls) == 1
+    # a gap within the noise is not futile: the loop goes on
+    nll, base, tokens = nll_table({(1, 2): 0.31, (3, 4): 0.30}, noise=0.05)
+    assert not certify((1, 2), nll, base, tokens, sources={(3, 4): "bi"}).futile
+    # nor is a cheaper set of the criterion's own (more windows may make it the choice)
+    nll, base, tokens = nll_table({(1, 2): 2.0, (3, 4): 0.3}, noise=0.01)
+    assert not certify((1, 2), nll, base, tokens).futile

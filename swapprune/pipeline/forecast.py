@@ -170,8 +170,15 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     if spec.certify:
         if not tranches:
             what += f"; certified on {h} held-out windows x {t} tokens"
-        sets = spec.certify_sets + 1  # the plausible sets and the unpruned model
+        from swapprune.select.reference import NEIGHBOURS, SCREEN_WINDOWS
+
+        # the plausible sets, the unpruned model, BI's set, the other protocol's, the neighbours
+        sets = spec.certify_sets + 2 + (len(spec.probes) > 1) + NEIGHBOURS
         parts.append(Part("certificate", set_work(L, n, sets, h, t, bs), bound=True))
+        # BI's pass over the calibration windows, the neighbours screened on two windows
+        screen = set_work(L, n, 2 * n, SCREEN_WINDOWS, t, bs)
+        bi = pass_work(L, c.prompts, c.tokens, bs, head=False)
+        parts.append(Part("reference", bi + screen, bound=True))
     if spec.policy == "auto":
         from swapprune.select.auto import default_cap
 

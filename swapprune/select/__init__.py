@@ -127,6 +127,7 @@ def compute_record(plan, probed, heldout) -> dict:
         "oracle": plan.scores.get("oracle_compute", zero),
         "verify": heldout.compute("verify") if heldout is not None else zero,
         "certificate": heldout.compute("certify") if heldout is not None else zero,
+        "reference": heldout.compute("reference") if heldout is not None else zero,
     }
     parts["total"] = {k: sum(p[k] for p in parts.values()) for k in zero}
     return parts

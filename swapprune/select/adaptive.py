@@ -117,7 +117,9 @@ class AdaptiveResult:
             pair was not probed).
         stability: criterion name -> :class:`~swapprune.select.stability.Stability` at the end.
         rounds: one record per tranche (windows, pairs probed, frequencies).
-        stopped: ``"certified"``, ``"stable"`` (the frequency rule) or ``"max windows"``.
+        stopped: ``"certified"``, ``"futile"`` (an independent alternative is clearly cheaper
+            than anything more windows could change), ``"stable"`` (the frequency rule) or
+            ``"max windows"``.
         pair_windows: (pair, window) probes made; a fixed run makes pairs x windows.
         block_evals: decoder-block evaluations (from the runner's counters).
         seconds, cpu_seconds: wall and process CPU time of the loop.
@@ -255,6 +257,11 @@ def tranches(
             record["certificate"] = judge(scores, stab, len(rounds), looks)
             if record["certificate"]["certified"]:
                 stopped = "certified"
+                break
+            if record["certificate"].get("futile"):
+                # A set the criterion never considers is clearly cheaper: more windows
+                # refine the criterion's own choice, not that gap.
+                stopped = "futile"
                 break
         elif min(s.frequency for s in stab.values()) >= settings.target:
             stopped = "stable"

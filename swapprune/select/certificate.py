@@ -177,6 +177,9 @@ class Certificate:
         best: the cheapest set of ``R`` other than the kept one on the measuring windows
             (its set, source, cost and how much cheaper than the kept set), or ``None``.
         scope: what text the held-out windows came from, in words.
+        futile: an independent alternative beats the kept set by more than ``delta`` even
+            at the regret's 5th percentile: more calibration windows refine the criterion's
+            own choice, not that gap (the adaptive loop stops on it).
     """
 
     chosen: list[int]
@@ -203,6 +206,7 @@ class Certificate:
     reasons: list[str] = field(default_factory=list)
     best: dict | None = None
     scope: str = ""
+    futile: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -288,6 +292,7 @@ class Certificate:
             "plausible_from": self.plausible_from,
             "switch_among": self.switch_among,
             "best_alternative": self.best,
+            "futile": self.futile,
             "heldout": {
                 "windows": self.windows,
                 "tokens": self.tokens,
@@ -307,7 +312,7 @@ class Certificate:
             "chosen", "kept", "switched", "gain_points", "sets", "r95_points", "stop_quantile",
             "r_stop_points", "p_within_delta", "delta_points", "certified", "reasons",
             "mass_outside", "mass_gate", "plausible_from", "switch_among", "best_alternative",
-            "heldout", "bootstrap", "summary",
+            "heldout", "bootstrap", "summary", "futile",
         }  # fmt: skip
         held, boot = d.get("heldout") or {}, d.get("bootstrap") or {}
         return cls(
@@ -335,6 +340,7 @@ class Certificate:
             reasons=list(d.get("reasons", [])),
             best=d.get("best_alternative"),
             scope=held.get("scope", ""),
+            futile=bool(d.get("futile", False)),
             extra={k: v for k, v in d.items() if k not in known},
         )
 
@@ -444,7 +450,7 @@ def certify(
             row["better_than_chosen_ci"] = ci_of[s]
         sets.append(row)
     others = [s for s in keys if s != kept]
-    best = None
+    best, futile = None, False
     if others:
         b = min(others, key=lambda s: (point_m[s], s))
         best = {
@@ -453,6 +459,7 @@ def certify(
             "cost_points": 100 * point_m[b],
             "gain_points": 100 * (point_m[kept] - point_m[b]),
         }
+        futile = src[b] not in OWN and float(np.percentile(regret, 5)) > tol
     return Certificate(
         chosen=list(s0),
         kept=list(kept),
@@ -478,6 +485,7 @@ def certify(
         reasons=reasons,
         best=best,
         scope=scope,
+        futile=futile,
     )
 
 

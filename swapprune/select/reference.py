@@ -383,6 +383,7 @@ def certificate_judge(
             "kept": cert.kept,
             "mass_outside": cert.mass_outside,
             "reasons": cert.reasons,
+            "futile": cert.futile,
         }
 
     return judge
