@@ -1,6 +1,6 @@
 """The probes as layer plans, and the pair sets they run on (pure logic).
 
-Every probe is a different plan over the same modules (METHOD.md section 1):
+Every probe is a different plan over the same modules (docs/method.md section 1):
 
 =================  ==============================  ====================
 protocol           plan (L=5, i=1, j=3)            distance

@@ -1,6 +1,6 @@
 """The regret certificate of a cut: how much worse than the alternatives it may be (pure numpy).
 
-What "can I trust this cut?" means here (METHOD.md section 6). Let ``S0`` be the
+What "can I trust this cut?" means here (docs/method.md section 9). Let ``S0`` be the
 set the criterion chose and ``A`` the plausible sets: ``S0`` plus every set the
 criterion's bootstrap over calibration windows selects with frequency at least
 ``floor``, at most ``max_sets`` of them (the most frequent first). On held-out

@@ -1,6 +1,6 @@
 """Predictor validity: does a criterion's removability predict the real cost of deleting a block?
 
-The paper's check (``METHOD.md`` section 4): the Spearman correlation, over the
+The paper's check (``docs/method.md`` section 14): the Spearman correlation, over the
 ``L`` blocks, between each block's removability under a criterion and the
 measured cost of deleting that block alone (Pythia-1.4B: interchange 0.72,
 replacement 0.68, BI 0.61). Positive = the criterion ranks cheap deletions as
