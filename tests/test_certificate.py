@@ -325,17 +325,24 @@ def test_a_regret_exactly_at_the_tolerance_certifies():
 
 def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
     """The loop certified its probes' sets, the final certificate (more sets) did not."""
+    from swapprune.records import AdaptiveRecord, CertificateSkipped
     from swapprune.select.reference import reconcile_stop
 
+    def loop(stopped: str) -> AdaptiveRecord:
+        return AdaptiveRecord(stopped, 8, 40, 32, 0.1, 0.1)
+
     sets = [{"set": [14, 17]}, {"set": [13, 17]}, {"set": [12, 17]}]
-    rec = reconcile_stop({"stopped": "certified"}, {"certified": False, "sets": sets})
-    assert rec["final_certified"] is False
-    assert "over 3 sets" in rec["stop_note"] and "does not" in rec["stop_note"]
+    rec = reconcile_stop(loop("certified"), _cert(certified=False, sets=sets))
+    assert rec.final_certified is False
+    assert "over 3 sets" in rec.stop_note and "does not" in rec.stop_note
+    assert rec.to_dict()["stop_note"] == rec.stop_note
     # agreement, or a stop on the cap: nothing to explain
-    rec = reconcile_stop({"stopped": "certified"}, {"certified": True, "sets": sets})
-    assert rec["final_certified"] is True and "stop_note" not in rec
-    rec = reconcile_stop({"stopped": "max windows"}, {"certified": False, "sets": sets})
-    assert rec["final_certified"] is False and "stop_note" not in rec
+    rec = reconcile_stop(loop("certified"), _cert(certified=True, sets=sets))
+    assert rec.final_certified is True and "stop_note" not in rec.to_dict()
+    rec = reconcile_stop(loop("max windows"), _cert(certified=False, sets=sets))
+    assert rec.final_certified is False and rec.stop_note is None
     # no certificate measured (no held-out windows): the record is left as it was
-    assert reconcile_stop({"stopped": "stable"}, {"certified": None}) == {"stopped": "stable"}
-    assert reconcile_stop(None, {"certified": True}) is None
+    skipped = CertificateSkipped("no held-out windows")
+    assert reconcile_stop(loop("stable"), skipped) == loop("stable")
+    assert "final_certified" not in reconcile_stop(loop("stable"), None).to_dict()
+    assert reconcile_stop(None, _cert(certified=True)) is None

@@ -153,10 +153,10 @@ def test_a_constrained_selection_is_in_phase_as_are_its_bootstrap_and_plausible_
     spec = build(select, CalibrationConfig(adaptive="off"), L, True, serve)
     plan, scores = select_fixed(None, spec, None, deletion_scores(imp))
     assert plan.removed == [8, 11]  # the cheapest x + 11 with x after the full layer 5
-    rec = plan.scores["serve"]
-    assert rec["strategy_choice"] == [1, 3] and not rec["strategy_in_phase"] and rec["replaced"]
-    assert rec["eligible_sets"] == 5 and rec["removal_sets"] == 66
-    assert "replaced by [8, 11]" in rec["summary"] and "overrides" in rec["summary"]
+    rec = plan.records.serve
+    assert rec.strategy_choice == [1, 3] and rec.replaced and not rec.to_dict()["strategy_in_phase"]
+    assert rec.eligible_sets == 5 and rec.removal_sets == 66
+    assert "replaced by [8, 11]" in rec.summary() and "overrides" in rec.summary()
     stab = selection_stability(scores, "deletion", "greedy", 2, spec.constraints, 200)
     assert stab.chosen == [8, 11] and all(serve.in_phase(s) for s in stab.counts)
     sets, _, _ = plausible(spec, plan, scores, extra=[(1, 3), (7, 11)])
@@ -164,7 +164,7 @@ def test_a_constrained_selection_is_in_phase_as_are_its_bootstrap_and_plausible_
 
     free = build(select, CalibrationConfig(adaptive="off"), L, True)
     unconstrained, _ = select_fixed(None, free, None, deletion_scores(imp))
-    assert unconstrained.removed == [1, 3] and "serve" not in unconstrained.scores
+    assert unconstrained.removed == [1, 3] and unconstrained.records.serve is None
 
 
 def test_an_infeasible_budget_is_refused_when_the_spec_is_built():

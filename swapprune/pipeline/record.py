@@ -1,4 +1,4 @@
-"""What a run records: timings, costs at each point, the output files and the card lines."""
+"""What a run records: timings, costs at each point, and the output files."""
 
 from __future__ import annotations
 
@@ -112,6 +112,7 @@ class RunBook:
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
         from swapprune.gguf.save import save_gguf, writes_gguf
         from swapprune.model.load import resolve_dtype
+        from swapprune.output.card import card_lines
         from swapprune.output.checkpoint import write_checkpoint
         from swapprune.serving.report import ServingReport
 
@@ -131,10 +132,8 @@ class RunBook:
         if gguf is not None:
             self.metrics["gguf"] = gguf
         record = {k: self.metrics[k] for k in ("cost", "stability", "gguf") if k in self.metrics}
-        for key in ("certificate", "compute"):
-            if key in plan.scores:
-                record[key] = plan.scores[key]
-        serving = ServingReport(model.config, plan, gguf, plan.scores.get("serve"))
+        record |= plan.records.to_dict("certificate", "compute")
+        serving = ServingReport(model.config, plan, gguf)
         self.metrics["selfcheck"] = write_checkpoint(
             model,
             tok,
@@ -187,51 +186,6 @@ class RunBook:
         for point, res in self.results.items():
             (directory / "eval").mkdir(exist_ok=True)
             write_text_atomic(directory / "eval" / f"{point}.json", res.to_json(indent=1))
-
-
-def card_lines(metrics: dict, plan) -> list[str]:
-    """Model card paragraphs: what the cut cost, whether it can be trusted, how stable the
-    selection is, what ``auto`` decided."""
-    out: list[str] = []
-    cost = metrics.get("cost")
-    if cost:
-        # The summary's first line is the perplexity; further lines (generation) follow it.
-        first, *more = cost["summary"].removeprefix("cost: ").splitlines()
-        text = (
-            f"What the cut cost: {first}, with a 95% paired bootstrap CI over windows of the "
-            "matched WikiText-2 contract."
-        )
-        text += "".join(f" {line[:1].upper()}{line[1:]}." for line in more if line.strip())
-        out += [text + (f" **{cost['warning']}**" if cost.get("warning") else ""), ""]
-    cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
-    if cert and cert.get("summary"):
-        verdict = "is certified" if cert["certified"] else "is **not** certified"
-        text = (
-            f"Can it be trusted? The cut {verdict}: against the {len(cert['sets'])} plausible "
-            f"alternatives ({cert['plausible_from']}), measured on {cert['heldout']['windows']} "
-            "held-out windows that the scoring never saw, it may be worse than the best of them "
-            f"by at most {cert['r95_points']:.2f} dPPL points (95% bootstrap quantile of the "
-            f"regret; tolerance {cert['delta_points']:.2f})."
-        )
-        if cert["switched"]:
-            text += (
-                f" The criterion chose {cert['chosen']}; {cert['kept']} was better on the "
-                f"held-out windows by {cert['gain_points']:.2f} points and was kept."
-            )
-        if cert.get("mass_outside") is not None:
-            text += f" {cert['mass_outside']:.0%} of the selection's bootstrap fell outside them."
-        out += [text, ""]
-    stab = metrics.get("stability")
-    if stab:
-        said = stab["summary"].removeprefix("stability: ")
-        text = f"How stable is the choice? {said[:1].upper()}{said[1:]}."
-        out += [text + (f" **{stab['warning']}**" if stab.get("warning") else ""), ""]
-    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
-    if auto:
-        from swapprune.select.auto import decision_lines
-
-        out += ["What `--protocol auto` decided: " + "; ".join(decision_lines(auto)) + ".", ""]
-    return out
 
 
 def _scored_pairs(path: str | None, probes) -> set:

@@ -121,9 +121,7 @@ def run(
     else:
         plan, scores = stages.select(cfg, loaded, calibration, scores, progress)  # identity
     res.plan, res.scores = plan, scores
-    for key in ("certificate", "compute"):
-        if key in plan.scores:
-            book.metrics[key] = plan.scores[key]
+    book.metrics.update(plan.records.to_dict("certificate", "compute"))
     if cfg.prune and cfg.prune.plan is None:
         stages.stability(cfg, loaded, plan, scores, book)
     patches = None

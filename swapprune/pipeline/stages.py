@@ -288,13 +288,12 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     )
     if stab is None:
         return None
-    plan.scores["stability"] = stab.to_dict()
+    plan.records.stability = stab
     if book is not None:
         book.metrics["stability"] = stab.to_dict() | {"summary": stab.summary()}
         book.say(stab.summary())
         # The certificate is the headline: a certified cut needs no frequency warning.
-        certified = (plan.scores.get("certificate") or {}).get("certified")
-        warning = None if certified else stab.warning()
+        warning = plan.records.stability_warning()
         if warning:
             book.say(warning)
             book.metrics["stability"]["warning"] = warning

@@ -55,6 +55,7 @@ import numpy as np
 
 from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
+from swapprune.records import AdaptiveRecord
 from swapprune.select.constraints import Constraints
 from swapprune.select.stability import Stability, select_on, selection_stability
 from swapprune.stats import N_BOOT
@@ -133,17 +134,18 @@ class AdaptiveResult:
     cpu_seconds: float = 0.0
     tiebreak: Any = None  # [L] residual norms the stopping rule and the plan share
 
-    def to_dict(self) -> dict:
-        return {
-            "stopped": self.stopped,
-            "windows": self.scores.num_windows(),
-            "pair_windows": self.pair_windows,
-            "block_evals": self.block_evals,
-            "seconds": self.seconds,
-            "cpu_seconds": self.cpu_seconds,
-            "rounds": self.rounds,
-            "stability": {k: v.to_dict() for k, v in self.stability.items()},
-        }
+    def record(self, stability: bool = True) -> AdaptiveRecord:
+        """The plan's record of the loop (``stability=False``: without the stabilities)."""
+        return AdaptiveRecord(
+            stopped=self.stopped,
+            windows=self.scores.num_windows(),
+            pair_windows=self.pair_windows,
+            block_evals=self.block_evals,
+            seconds=self.seconds,
+            cpu_seconds=self.cpu_seconds,
+            rounds=self.rounds,
+            stability=dict(self.stability) if stability else None,
+        )
 
     def summary(self) -> str:
         freqs = ", ".join(f"{k} {v.frequency:.0%}" for k, v in self.stability.items())

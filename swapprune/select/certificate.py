@@ -174,6 +174,42 @@ class Certificate:
             **self.extra,
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Certificate:
+        """The record :meth:`to_dict` wrote; keys it does not name go back to ``extra``.
+
+        A ``summary`` written beside it (``plan.json``) is dropped: :meth:`summary` makes it.
+        """
+        held, boot = d["heldout"], d["bootstrap"]
+        return cls(
+            chosen=list(d["chosen"]),
+            kept=list(d["kept"]),
+            switched=d["switched"],
+            gain=d["gain_points"],
+            sets=list(d["sets"]),
+            r95=d["r95_points"],
+            quantile=d["stop_quantile"],
+            r_stop=d["r_stop_points"],
+            p_within=d["p_within_delta"],
+            delta=d["delta_points"],
+            certified=d["certified"],
+            mass_outside=d["mass_outside"],
+            plausible_from=d["plausible_from"],
+            windows=held["windows"],
+            tokens=held["tokens"],
+            n_boot=boot["resamples"],
+            seed=boot["seed"],
+            extra={k: v for k, v in d.items() if k not in _WRITTEN},
+        )
+
+
+#: The keys :meth:`Certificate.to_dict` writes itself, and the summary written beside them.
+_WRITTEN = frozenset(
+    "chosen kept switched gain_points sets r95_points stop_quantile r_stop_points "
+    "p_within_delta delta_points certified mass_outside plausible_from heldout bootstrap "
+    "summary".split()
+)
+
 
 def certify(
     chosen: Sequence[int],

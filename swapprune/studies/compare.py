@@ -231,7 +231,7 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
             return prefix(orders[label], budget)
         if specs[label, budget].strategy.name == "iterative":
             full = choose(label, crit, seed, max(job.compare.budgets))
-            if "order" in full.scores:
+            if full.records.order is not None:
                 orders[label] = full
                 return prefix(full, budget)
         return choose(label, crit, seed, budget)

@@ -113,14 +113,16 @@ def prefix(full, budget: int):
     """Budget ``n`` of an iterative selection: the first ``n`` removals of a larger one."""
     from swapprune.plan import PrunePlan
 
-    order = full.scores["order"]
+    order = full.records.order
+    assert order is not None  # only an iterative selection's plan has one
     return PrunePlan.from_removal(
         full.num_layers,
-        order[:budget],
+        order.first(budget),
         protocol=full.protocol,
         strategy=full.strategy,
         model=full.model,
         scores=full.scores,
+        records=full.records,
         budget=budget,
     )
 
