@@ -85,15 +85,14 @@ def cut(
     from swapprune.model.facts import ModelFacts
     from swapprune.model.load import ModelSource
     from swapprune.model.stack import decoder_stack
-    from swapprune.pipeline import stages
+    from swapprune.pipeline import checks, stages
 
     select_cfg, calib_cfg = _split(settings)
-    calib_cfg.check()
-    select_cfg.check(calib_cfg)
+    checks.check_selection(select_cfg, calib_cfg)
     cfg = RunConfig(calibration=calib_cfg, prune=select_cfg)
     facts = ModelFacts.from_config(model.config).with_layers(decoder_stack(model).num_layers)
     name = model_id or getattr(model, "name_or_path", "") or type(model).__name__
-    selection = cfg.check_model(facts) if select_cfg.plan is None else None
+    selection = checks.check_model(cfg, facts) if select_cfg.plan is None else None
     loaded = stages.Loaded(model, tokenizer, ModelSource(name, name), facts, selection)
     if scores is None and select_cfg.scores:
         scores = stages.reuse_scores(select_cfg.scores, loaded)

@@ -115,7 +115,8 @@ def test_module_sizes():
 
 
 def test_checking_a_run_imports_neither_torch_nor_transformers(tmp_path):
-    """RunConfig.check() and check_model() on a local model's config.json, in a fresh process."""
+    """pipeline.checks.check() (the budget against the depth) on a local model's config.json,
+    in a fresh process."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(
         '{"model_type": "llama", "num_hidden_layers": 6, "max_position_embeddings": 256,'
@@ -123,11 +124,11 @@ def test_checking_a_run_imports_neither_torch_nor_transformers(tmp_path):
     )
     code = f"""
 import sys
-from swapprune.pipeline import stages
+from swapprune.pipeline import checks
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, SelectConfig
 cfg = RunConfig(model=ModelConfig({str(tmp_path / "m")!r}), prune=SelectConfig(budget=2),
                 calibration=CalibrationConfig(tokens=64))
-checked = stages.check(cfg)
+checked = checks.check(cfg)
 assert checked.facts.num_layers == 6 and checked.selection.budget == 2
 bad = [m for m in ("torch", "transformers", "lm_eval") if m in sys.modules]
 assert not bad, bad

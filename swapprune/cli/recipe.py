@@ -42,11 +42,11 @@ def run(args) -> int:
         raise SwappruneError("give a recipe file: swapprune run RECIPE.yaml (or --schema)")
     cfg = load_config(args.recipe, args.overrides)
     if args.dry_run:
-        from swapprune.pipeline.stages import read_facts
+        from swapprune.pipeline.checks import check_model, read_facts
 
         facts = read_facts(cfg)
         if facts is not None:
-            cfg.check_model(facts)
+            check_model(cfg, facts)
         print(cfg.to_yaml(), end="")
         print(f"# valid; {facts.num_layers if facts else 'unknown (config not readable)'} blocks")
         return 0

@@ -124,7 +124,7 @@ def _pairs(num_layers: int) -> list[tuple[int, int]]:
 def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     """The selection of ``cfg.prune`` (probes or tranches, tie-break, certificate), then the
     patch fit and the cost check."""
-    from swapprune.config.select import heldout_tokens
+    from swapprune.pipeline.checks import heldout_tokens
 
     p, c = cfg.prune, cfg.calibration
     assert p is not None
@@ -240,10 +240,11 @@ def quick_of(cfg: RunConfig) -> RunConfig:
 def quick_selection(cfg: RunConfig, facts, scores_given: bool) -> Forecast | None:
     """:func:`selection` at the ``--quick`` settings, or ``None`` when those do not apply."""
     from swapprune.errors import SwappruneError
+    from swapprune.pipeline.checks import check_model
 
     quick = quick_of(cfg)
     try:
-        return selection(quick, facts, quick.check_model(facts), scores_given)
+        return selection(quick, facts, check_model(quick, facts), scores_given)
     except SwappruneError:
         return None
 

@@ -8,7 +8,7 @@ configuration handed to :func:`run` (``swapprune``/``prune``, ``score``,
 loop over configurations.
 
 Everything a user can get wrong is checked before the weights load
-(:func:`swapprune.pipeline.stages.check`: the configuration, then the model's facts read
+(:func:`swapprune.pipeline.checks.check`: the configuration, then the model's facts read
 from its ``config.json`` or GGUF header), once; the loaded model is re-checked
 only when those facts could not be read or disagree with it. The output directory is built in a
 hidden sibling and renamed into place at the end, so a failed run leaves no
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.config import RunConfig
-from swapprune.pipeline import stages
+from swapprune.pipeline import checks, stages
 from swapprune.pipeline.record import RunBook, Say, recovery
 
 
@@ -79,7 +79,7 @@ def run(
         command: recorded in the provenance (default: ``sys.argv``).
     """
     cfg = config
-    checked = stages.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    checked = checks.check(cfg)  # names, files, then budget/pairs/context: before the weights load
     start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     book = RunBook(cfg, say or (lambda _: None), list(sys.argv) if command is None else command)
     loaded = book.stage("load", stages.load, cfg, checked, progress)

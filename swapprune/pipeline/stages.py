@@ -1,7 +1,7 @@
 """The stages of a run, each a function of the configuration and what came before.
 
-``check`` (the configuration, then the model's facts read without weights) ->
-``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
+:func:`swapprune.pipeline.checks.check` (the configuration, then the model's facts read
+without weights) -> ``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
 ``stability`` and ``measure_cost`` -> ``evaluate``; :mod:`swapprune.pipeline.forecast` says
 what the scoring parts will cost before they start. :func:`swapprune.pipeline.sequence.run` calls them in order;
 ``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
@@ -16,21 +16,25 @@ from typing import Any
 
 from swapprune.config import RunConfig
 from swapprune.errors import SwappruneError
+from swapprune.pipeline import checks
+from swapprune.pipeline.checks import Checked
 
-
-@dataclass
-class Checked:
-    """A configuration checked before any weights load.
-
-    Attributes:
-        facts: the model's facts from its config alone, or ``None`` when they cannot be
-            read cheaply (the checks then run right after loading).
-        selection: the frozen :class:`~swapprune.select.spec.SelectionSpec` (if selecting
-            and the facts were read).
-    """
-
-    facts: Any
-    selection: Any
+__all__ = [
+    "Checked",
+    "Loaded",
+    "calibrate",
+    "evaluate",
+    "heldout",
+    "load",
+    "measure_cost",
+    "model_bytes",
+    "output_state",
+    "patch",
+    "reuse_scores",
+    "score",
+    "select",
+    "stability",
+]
 
 
 @dataclass
@@ -49,24 +53,6 @@ class Loaded:
     source: Any
     facts: Any
     selection: Any = None
-
-
-def check(config: RunConfig, study: bool = False) -> Checked:
-    """Everything that needs no weights: the configuration, then the model's facts.
-
-    ``study``: a ``compare`` or ``validate`` run, which brings its own work.
-    """
-    config.check(study)
-    facts = read_facts(config)
-    selection = config.check_model(facts) if facts is not None else None
-    p = config.prune
-    if selection is not None and p is not None and p.scores:
-        from swapprune.engine.scores import ScoreResult
-        from swapprune.select.reuse import check_reused
-
-        # Reading the file costs little next to loading the model that it would not fit.
-        check_reused(ScoreResult.load(p.scores), selection, p.scores, config)
-    return Checked(facts, selection)
 
 
 def output_state(config: RunConfig):
@@ -93,16 +79,6 @@ def model_bytes(model, config: RunConfig) -> int:
     )
 
 
-def read_facts(config: RunConfig):
-    """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
-    from swapprune.model.facts import read_facts as read
-    from swapprune.model.load import resolve_source
-
-    if config.model.trust_remote_code:
-        return None  # the config class itself may come with the remote code
-    return read(resolve_source(config.model.name))
-
-
 def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
     """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
     from swapprune.model.facts import ModelFacts
@@ -125,7 +101,7 @@ def load(config: RunConfig, checked: Checked | None = None, progress: bool = Tru
     checked = checked or Checked(None, None)
     selection = checked.selection
     if checked.facts is None or checked.facts.num_layers != facts.num_layers:
-        selection = config.check_model(facts)
+        selection = checks.check_model(config, facts)
     return Loaded(model, tok, source, facts, selection)
 
 
@@ -153,11 +129,10 @@ def heldout(config: RunConfig, loaded: Loaded, calibration):
     if not (spec.certify or spec.policy == "auto"):
         return None
     from swapprune.calibration.heldout import heldout_windows
-    from swapprune.config.select import heldout_tokens
     from swapprune.select.reference import Heldout
 
     c = config.calibration
-    tokens = heldout_tokens(p, loaded.facts.context_length)
+    tokens = checks.heldout_tokens(p, loaded.facts.context_length)
     source = p.heldout_calib or c.calib
     avoid = [calibration] if calibration is not None else []
     certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)

@@ -81,8 +81,10 @@ class CompareJob:
         return self.run.eval
 
     def check(self) -> CompareJob:
-        self.run.check(study=True)
-        self.compare.check()
+        from swapprune.pipeline import checks
+
+        checks.check_config(self.run, study=True)
+        checks.check_compare(self.compare)
         return self
 
 
@@ -97,11 +99,11 @@ def run_compare(job: CompareJob, progress: bool = True, say=None) -> dict:
     from swapprune.evaluation import EvalResult, evaluate
     from swapprune.evaluation.names import EXTENDED_PPL
     from swapprune.output.artifacts import locked, provenance, write_json_atomic, write_text_atomic
-    from swapprune.pipeline import stages
+    from swapprune.pipeline import checks, stages
     from swapprune.plan import PrunePlan
 
-    job.compare.check()
-    checked = stages.check(job.run, study=True)
+    checks.check_compare(job.compare)
+    checked = checks.check(job.run, study=True)
     tasks = job.eval.tasks
     runs = method_runs(job)
     # Every cell's request is checked once, before the weights load when the facts allow.

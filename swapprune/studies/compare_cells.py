@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from swapprune.config import RunConfig, SelectConfig
 from swapprune.config.cells import cell_select
+from swapprune.pipeline.checks import check_model
 
 if TYPE_CHECKING:
     from swapprune.studies.compare import CompareJob
@@ -68,7 +69,7 @@ def cell_specs(job: CompareJob, runs, facts) -> dict:
     specs = {}
     for label, entry, seed in runs:
         for b in job.compare.budgets:
-            specs[label, b] = method_config(job, entry, seed, b).check_model(facts)
+            specs[label, b] = check_model(method_config(job, entry, seed, b), facts)
     return specs
 
 

@@ -312,11 +312,11 @@ def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, 
     Returns:
         The result and the directory the report was written to.
     """
-    from swapprune.pipeline import stages
+    from swapprune.pipeline import checks, stages
     from swapprune.studies.validity_report import write_validity_report
 
-    validate.check()
-    checked = stages.check(run, study=True)
+    checks.check_validate(validate)
+    checked = checks.check(run, study=True)
     loaded = stages.load(run, checked, progress)
     calibration = stages.calibrate(run, loaded)
     c = run.calibration
