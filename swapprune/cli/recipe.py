@@ -50,10 +50,17 @@ def run(args) -> int:
         print(cfg.to_yaml(), end="")
         print(f"# valid; {facts.num_layers if facts else 'unknown (config not readable)'} blocks")
         return 0
+    from swapprune.cli import next_steps
     from swapprune.cli.summary import print_run_summary
     from swapprune.pipeline.sequence import run as run_pipeline
 
     command = ["swapprune", "run", args.recipe, *sum((["--set", o] for o in args.overrides), [])]
-    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress, command=command)
+    res = run_pipeline(
+        cfg,
+        say=say_to_stderr(args),
+        progress=not args.no_progress,
+        command=command,
+        wording=next_steps.wording(quick=next_steps.recipe_quick(cfg)),
+    )
     print_run_summary(res)
     return 0

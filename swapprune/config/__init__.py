@@ -20,7 +20,7 @@ and :mod:`swapprune.errors` (``tests/test_layout.py`` holds it to that).
 """
 
 from swapprune.config.fields import DTYPES, POINTS, POSITIONS, SCHEMES, opt
-from swapprune.config.run import RunConfig, stage_class
+from swapprune.config.run import QUICK, RunConfig, quick_of, stage_class
 from swapprune.config.sections import (
     CalibrationConfig,
     CostConfig,
@@ -38,6 +38,7 @@ __all__ = [
     "DTYPES",
     "POINTS",
     "POSITIONS",
+    "QUICK",
     "SCHEMES",
     "CalibrationConfig",
     "CompareConfig",
@@ -52,5 +53,6 @@ __all__ = [
     "SelectConfig",
     "ValidateConfig",
     "opt",
+    "quick_of",
     "stage_class",
 ]

@@ -26,6 +26,16 @@ from swapprune.config.sections import (
 from swapprune.config.select import SelectConfig
 from swapprune.errors import SwappruneError
 
+#: ``--quick``: settings that give a first look at the demo model in a few minutes on
+#: 2 shared CPU cores (``section.field`` -> value; explicit settings win on the command line).
+QUICK = {
+    "calibration.prompts": 16,
+    "calibration.tokens": 64,
+    "score.bootstrap": 200,
+    "cost.windows": 4,
+    "calibration.tranche": 8,
+}
+
 
 @dataclass
 class RunConfig:
@@ -81,6 +91,17 @@ class RunConfig:
         import yaml
 
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def quick_of(cfg: RunConfig) -> RunConfig:
+    """``cfg`` at the :data:`QUICK` settings (sections it lacks stay absent)."""
+    out = cfg
+    for key, value in QUICK.items():
+        section, name = key.split(".")
+        sub = getattr(out, section)
+        if sub is not None and hasattr(sub, name):
+            out = dataclasses.replace(out, **{section: dataclasses.replace(sub, **{name: value})})
+    return out
 
 
 def stage_class(name: str) -> type:

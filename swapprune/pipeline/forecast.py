@@ -16,10 +16,12 @@ counted.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from swapprune.config import quick_of
 from swapprune.engine.estimate import Rates, Work, duration, pass_work, probe_work, set_work
 
 if TYPE_CHECKING:
@@ -224,17 +226,21 @@ def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
     return Forecast(what, [Part("probes", work)], windows=f"{c.prompts} x {c.tokens} windows")
 
 
-def quick_of(cfg: RunConfig) -> RunConfig:
-    """``cfg`` at the ``--quick`` settings (:data:`swapprune.config.QUICK`)."""
-    from swapprune.cli.argv import QUICK
+def scored_pairs(path: str | None, probes) -> set:
+    """Pairs an existing scores file already holds every probe of (a resumed run skips them)."""
+    want = [p for p in probes if p != "deletion"]
+    try:
+        rows = json.loads(Path(path).read_text()).get("pairs", []) if path else []
+        return {(r["i"], r["j"]) for r in rows if all(p in r for p in want)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
 
-    out = cfg
-    for key, value in QUICK.items():
-        section, name = key.split(".")
-        sub = getattr(out, section)
-        if sub is not None and hasattr(sub, name):
-            out = dataclasses.replace(out, **{section: dataclasses.replace(sub, **{name: value})})
-    return out
+
+def of_scoring(cfg: RunConfig, facts) -> tuple[Forecast, Forecast]:
+    """``cfg.score``'s forecast (pairs its output file holds already skipped), and its quick one."""
+    assert cfg.score is not None
+    done = scored_pairs(cfg.score.output, cfg.score.probes)
+    return scoring(cfg, facts, done), scoring(quick_of(cfg), facts)
 
 
 def quick_selection(cfg: RunConfig, facts, scores_given: bool) -> Forecast | None:

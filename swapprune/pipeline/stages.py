@@ -1,11 +1,12 @@
 """The stages of a run, each a function of the configuration and what came before.
 
 :func:`swapprune.pipeline.checks.check` (the configuration, then the model's facts read
-without weights) -> ``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
-``stability`` and ``measure_cost`` -> ``evaluate``; :mod:`swapprune.pipeline.forecast` says
-what the scoring parts will cost before they start. :func:`swapprune.pipeline.sequence.run` calls them in order;
-``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
-same functions.
+without weights) -> ``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``heldout``
+-> ``select`` -> ``stability`` -> ``patch`` -> ``measure_cost`` -> ``evaluate``;
+:mod:`swapprune.pipeline.forecast` says what the probing and selection will compute, and
+how long that takes, before they start. :func:`swapprune.pipeline.sequence.run` calls them in
+order, the cut's part through :func:`swapprune.pipeline.cut.cut`, which ``swapprune.prune``
+and ``swapprune compare``'s cells call too.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from swapprune.config import RunConfig
 from swapprune.errors import SwappruneError
 from swapprune.pipeline import checks
 from swapprune.pipeline.checks import Checked
+from swapprune.select.spec import names
 
 __all__ = [
     "Checked",
     "Loaded",
+    "NextCut",
     "calibrate",
+    "cheaper_cut",
     "evaluate",
     "heldout",
     "load",
@@ -308,21 +312,52 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     return patches
 
 
-def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
+@dataclass(frozen=True)
+class NextCut:
+    """A cheaper cut to try when one costs too much: the run's selection with these changed.
+
+    The front end writes it as the command that runs it (the CLI: a ``swapprune``
+    command line, :func:`swapprune.cli.next_steps.cheaper_cut`).
+
+    Attributes:
+        budget: blocks to remove.
+        protocol: the criterion or policy (``None``: the run's own).
+        patch: the patch kind (``None``: the run's own).
+    """
+
+    budget: int
+    protocol: str | None = None
+    patch: str | None = None
+
+
+def cheaper_cut(config: RunConfig, plan) -> NextCut | None:
+    """What to try when a cut costs too much: half the budget; at budget 1 the verified
+    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
+    applied = config.prune is None or config.prune.plan is not None
+    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
+    budget = plan.budget or len(plan.removed)
+    if budget > 1:
+        return NextCut(budget // 2, protocol)
+    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
+        return NextCut(1, "auto")
+    if config.prune is not None and config.prune.patch == "none":
+        return NextCut(1, None, "linear")
+    return None
+
+
+def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None, then: str | None = None):
     """Base vs pruned perplexity on the first windows of the matched contract.
 
     With ``cost.generative`` the record also holds the greedy-continuation agreement
     (:mod:`swapprune.evaluation.generative`). With a linear patch the pruned model is the
-    patched one, and the record also holds the cost of the plain removal.
+    patched one, and the record also holds the cost of the plain removal. ``then``: the
+    command a warning names as the next step (default: the step in words).
     """
     from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
     windows = c.windows or None
-    from swapprune.cli.next_steps import cheaper_cut
-
-    then = cheaper_cut(config, plan)
     gen = c.generative
     if plan.op == "remove" and not patches:
         return pruning_cost(
