@@ -17,6 +17,7 @@ from swapprune.cli.argv import changed, command_line, default_output, prune_comm
 from swapprune.config import QUICK, EvalConfig, ModelConfig, RunConfig, SelectConfig
 from swapprune.config.fields import default_of
 from swapprune.pipeline.record import Wording
+from swapprune.studies.compare import quick_job, quick_limit
 
 if TYPE_CHECKING:
     from swapprune.pipeline.stages import NextCut
@@ -89,6 +90,12 @@ def prune_after_compare(job, results: dict, scores_path) -> str:
             extra[name] = value
     run = RunConfig(model=job.run.model, calibration=job.run.calibration)
     return prune_command(run, entry["budget"], sel.protocol, **extra)
+
+
+def compare_quick(job) -> str:
+    """A comparison's quick settings, as its flags (``compare`` has no ``--quick``)."""
+    c = quick_job(job).run.calibration
+    return f"--prompts {c.prompts} --tokens {c.tokens} --limit {quick_limit(job)}"
 
 
 def prune_after_validate(cfg: RunConfig, result: dict) -> str:
