@@ -24,8 +24,9 @@ class SelectConfig:
     )
     protocol: str = opt(
         "interchange",
-        "selection criterion: interchange, replacement, bi, angular, sleb, ..., or the auto "
-        "policy (swapprune list)",
+        "the selection criterion: interchange, replacement, bi, angular, sleb, ..., or the "
+        "auto policy over them (swapprune list)",
+        metavar="CRITERION",
     )
     strategy: str | None = opt(
         None, "selection strategy (default: the criterion's own; swapprune list)"

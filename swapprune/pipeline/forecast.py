@@ -47,7 +47,7 @@ class Forecast:
     """The work of a run, split into what it surely does and what it may do after.
 
     Attributes:
-        plan: one phrase: what the run will do.
+        headline: one phrase: what the run will do.
         parts: work the run does (for tranches: through the first look).
         later: work it may do after that (further looks, ``auto``'s beam), at most.
         notes: work that is not counted, in words.
@@ -56,7 +56,7 @@ class Forecast:
         quick_flag: how the quick path is asked for on this command.
     """
 
-    plan: str
+    headline: str
     parts: list[Part] = field(default_factory=list)
     later: list[Part] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -88,7 +88,7 @@ class Forecast:
             n = f"{'at most ' if p.bound else ''}{p.work.block_evals}"
             n += " block evaluations" if k == 0 else ""
             pieces.append(f"{p.what} {n}" + (f" (~{duration(r.seconds(p.work))})" if r else ""))
-        out = [f"[estimate] {self.plan}"]
+        out = [f"[estimate] {self.headline}"]
         if r is None:
             out.append(f"[estimate] {', '.join(pieces)}")
         else:
@@ -188,13 +188,13 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         parts.append(Part("patch fit", fit + pass_work(L - n, p.patch_prompts, tp, bs, head=False)))
         what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
     if cfg.cost is not None:
-        part = cost_part(cfg, facts, n)
+        part = cost_check_part(cfg, facts, n)
         parts.append(part)
         what += f"; then the {part.what}"
     return Forecast(what, parts, later, notes, windows=f"{c.prompts} x {c.tokens} windows")
 
 
-def cost_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
+def cost_check_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
     """Base and pruned perplexity on the first windows of the matched contract."""
     assert cfg.cost is not None
     w = windows or cfg.cost.windows or 25  # 0: the whole contract, ~25 windows of SmolLM2's
@@ -298,7 +298,7 @@ def announce(forecast: Forecast, model, calibration, batch_size: int, say, quick
 
 def record(forecast: Forecast) -> dict:
     """The forecast as ``metrics.json`` keeps it, to set beside the time taken."""
-    out: dict = {"plan": forecast.plan, "block_evals": forecast.work.block_evals}
+    out: dict = {"plan": forecast.headline, "block_evals": forecast.work.block_evals}
     if forecast.rates is not None:
         out["seconds"] = round(forecast.seconds(), 1)
         if forecast.later:
