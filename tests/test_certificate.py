@@ -9,7 +9,7 @@ from tiny_models import tiny_tokenizer
 from swapprune.calibration.heldout import heldout_windows
 from swapprune.calibration.tokens import encode
 from swapprune.calibration.windows import load_calibration, source_text
-from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.config import SelectConfig
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, tranches
@@ -185,7 +185,7 @@ def test_heldout_windows_never_touch_the_scoring_windows():
 )
 def test_bad_certificate_settings_are_refused_before_any_model(kw, match):
     with pytest.raises(SwappruneError, match=match) as e:
-        SelectConfig(budget=2, **kw).check(CalibrationConfig())
+        SelectConfig(budget=2, **kw).check()
     assert "\n" not in str(e.value)
 
 

@@ -181,3 +181,27 @@ def test_a_command_line_rebuilds_its_configuration():
         "swapprune --model smollm2-135m --prompts 16 --budget 3 --protocol replacement "
         "--protect-first 1 --no-certify --output x --overwrite --cost-windows 4"
     )
+
+
+def test_a_cheaper_cut_is_data_the_cli_writes_as_a_command():
+    from types import SimpleNamespace
+
+    from swapprune.cli.next_steps import cheaper_cut as command
+    from swapprune.pipeline.stages import NextCut, cheaper_cut
+
+    def plan(n, protocol="interchange"):
+        return SimpleNamespace(budget=n, removed=list(range(n)), protocol=protocol)
+
+    def cfg(protocol="interchange", patch="none"):
+        prune = SelectConfig(budget=4, protocol=protocol, patch=patch)
+        return RunConfig(prune=prune, export=ExportConfig(output="o"), cost=CostConfig())
+
+    assert cheaper_cut(cfg(), plan(4)) == NextCut(2)  # half the budget, the run's criterion
+    assert cheaper_cut(cfg(), plan(1)) == NextCut(1, "auto")  # then the verified selection
+    assert cheaper_cut(cfg("auto"), plan(1, "auto")) == NextCut(1, None, "linear")
+    assert cheaper_cut(cfg("auto", "linear"), plan(1, "auto")) is None  # nothing left to try
+    applied = RunConfig(prune=SelectConfig(plan="p/plan.json"), export=ExportConfig(output="o"))
+    assert cheaper_cut(applied, plan(4, "bi")) == NextCut(2, "bi")  # selected again by its own
+    line = command(cfg("auto"), NextCut(1, None, "linear"))
+    assert line.startswith("swapprune ") and "--budget 1 --protocol auto" in line
+    assert "--patch linear" in line and "--output smollm2-135m-auto-1" in line

@@ -24,6 +24,7 @@ from swapprune.errors import SwappruneError
 from swapprune.gguf.decision import GGUFOutput
 from swapprune.gguf.source import GGUFSource
 from swapprune.model.facts import ModelFacts
+from swapprune.pipeline.checks import check_selection
 from swapprune.plan import PrunePlan
 from swapprune.select.constraints import Constraints, cheapest, enforce, own_types, resolve
 from swapprune.select.core import select_fixed
@@ -128,9 +129,11 @@ def test_a_gguf_header_states_no_types_and_the_loaders_pattern_is_used():
 )
 def test_bad_serve_names_are_one_line(names, message):
     with pytest.raises(SwappruneError, match=message):
-        SelectConfig(budget=1, serve=names).check()
+        check_selection(SelectConfig(budget=1, serve=names), CalibrationConfig())
     with pytest.raises(SwappruneError, match="does not combine with --op merge"):
-        SelectConfig(budget=1, serve=["llama.cpp"], op="merge").check()
+        check_selection(
+            SelectConfig(budget=1, serve=["llama.cpp"], op="merge"), CalibrationConfig()
+        )
 
 
 # -- selection on a hand-written score table ---------------------------------------------------

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swapprune.cli.argv import changed, command_line, default_output, prune_command
-from swapprune.config import EvalConfig, ModelConfig, RunConfig, SelectConfig
+from swapprune.config import QUICK, EvalConfig, ModelConfig, RunConfig, SelectConfig
 from swapprune.config.fields import default_of
+from swapprune.pipeline.record import Wording
+from swapprune.studies.compare import quick_job, quick_limit
+
+if TYPE_CHECKING:
+    from swapprune.pipeline.stages import NextCut
 
 #: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.
 EVAL_TASKS = ["wikitext2_ppl"]
@@ -86,6 +92,12 @@ def prune_after_compare(job, results: dict, scores_path) -> str:
     return prune_command(run, entry["budget"], sel.protocol, **extra)
 
 
+def compare_quick(job) -> str:
+    """A comparison's quick settings, as its flags (``compare`` has no ``--quick``)."""
+    c = quick_job(job).run.calibration
+    return f"--prompts {c.prompts} --tokens {c.tokens} --limit {quick_limit(job)}"
+
+
 def prune_after_validate(cfg: RunConfig, result: dict) -> str:
     """Prune with the criterion whose removability predicted the deletion cost best."""
     rows = {
@@ -116,18 +128,19 @@ def _base_of(model: str) -> str | None:
         return None
 
 
-def cheaper_cut(config: RunConfig, plan) -> str | None:
-    """The command to try when a cut costs too much: half the budget; at budget 1 the verified
-    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
-    from swapprune.select.spec import names
+def cheaper_cut(config: RunConfig, cut: NextCut) -> str:
+    """The command of a cheaper cut (:func:`swapprune.pipeline.stages.cheaper_cut`): the run's
+    own configuration at its budget, criterion and patch, into its own directory."""
+    extra = {"patch": cut.patch} if cut.patch is not None else {}
+    return prune_command(config, cut.budget, cut.protocol, **extra)
 
-    applied = config.prune is None or config.prune.plan is not None
-    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
-    budget = plan.budget or len(plan.removed)
-    if budget > 1:
-        return prune_command(config, budget // 2, protocol)
-    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
-        return prune_command(config, 1, "auto")
-    if config.prune is not None and config.prune.patch == "none":
-        return prune_command(config, 1, None, patch="linear")
-    return None
+
+def wording(quick: str = "--quick") -> Wording:
+    """How the command line names what a run suggests: ``quick``, how its quick settings are
+    asked for, and the command of a cheaper cut."""
+    return Wording(quick=quick, next_cut=cheaper_cut)
+
+
+def recipe_quick(cfg: RunConfig) -> str:
+    """A recipe's quick settings, as its ``--set`` overrides (the sections it has)."""
+    return " ".join(f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0]))

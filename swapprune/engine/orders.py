@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import re
 
+from swapprune.defaults import LAYER_PROBES, PAIR_PROBES, PROBES
 from swapprune.errors import SwappruneError, unknown_name
 
-PAIR_PROBES = ("replacement", "interchange")
-LAYER_PROBES = ("deletion",)
-PROBES = PAIR_PROBES + LAYER_PROBES
+__all__ = ["LAYER_PROBES", "PAIR_PROBES", "PROBES"]
 
 Plan = tuple[int, ...]
 

@@ -1,15 +1,75 @@
-"""What a run records: timings, costs at each point, and the output files."""
+"""How a sequence runs its steps, and what a run records.
+
+:class:`Steps` runs each step of a sequence and says what the work will take before
+it starts (the forecast, :mod:`swapprune.pipeline.forecast`); :class:`RunBook`, the
+run's, also times each step, says a line for it and records timings, costs at each
+point, and the output files. :class:`Wording` is how the front end
+that started the sequence names what it suggests.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swapprune.config import RunConfig
+from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.stages import evaluate
 
+if TYPE_CHECKING:
+    from swapprune.pipeline.stages import NextCut
+
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How the front end that started a sequence names the steps it suggests.
+
+    Attributes:
+        quick: how the quick settings (:data:`swapprune.config.QUICK`) are asked for:
+            ``--quick`` on the command line, ``--set ...`` for a recipe, keyword
+            arguments in Python.
+        next_cut: writes a cheaper cut to try (:class:`~swapprune.pipeline.stages.NextCut`)
+            as the command that runs it; ``None``: the cost warning names the step in words.
+    """
+
+    quick: str = "--quick"
+    next_cut: Callable[[RunConfig, NextCut], str] | None = None
+
+
+class Steps:
+    """Runs the steps of a sequence as they are, and says their forecast to ``say``.
+
+    Without ``say`` nothing is said and no forecast is made. ``metrics`` collects what
+    the steps record (kept in ``metrics.json`` by :class:`RunBook`, dropped here).
+    """
+
+    def __init__(self, say: Say | None = None, wording: Wording | None = None):
+        self.announces = say is not None
+        self.say: Say = say or (lambda _: None)
+        self.wording = wording or Wording()
+        self.metrics: dict = {}
+        self.rates = None  # the timing of the first forecast, shared by the next
+
+    def stage(self, name: str, fn, *args, **kwargs):
+        """Run one step: ``fn(*args, **kwargs)``."""
+        return fn(*args, **kwargs)
+
+    def forecast(
+        self, kind: str, forecast: fc.Forecast, quick, model, calibration, batch_size: int
+    ) -> None:
+        """Say what the ``kind`` part of the sequence will do and how long it takes, timed
+        here on ``calibration`` unless the work is small (or a forecast was timed before);
+        ``quick``: the same at the quick settings, named when the work is long on a CPU."""
+        forecast.quick_flag = self.wording.quick
+        self.rates = fc.announce(
+            forecast, model, calibration, batch_size, self.say, quick, self.rates
+        )
+        self.metrics.setdefault("estimate", {})[kind] = fc.record(forecast)
 
 
 def recovery(costs: dict) -> dict:
@@ -31,14 +91,14 @@ def recovery(costs: dict) -> dict:
     return out
 
 
-class RunBook:
+class RunBook(Steps):
     """Timings, metrics, evaluations at each point, and the files of the output directory."""
 
-    def __init__(self, config: RunConfig, say: Say, command: list[str]):
-        self.config, self.say, self.command = config, say, command
-        self.metrics: dict = {"costs": {}, "eval": {}, "wall_s": {}}
+    def __init__(self, config: RunConfig, say: Say, command: list[str], wording: Wording):
+        super().__init__(say, wording)
+        self.config, self.command = config, command
+        self.metrics = {"costs": {}, "eval": {}, "wall_s": {}}
         self.results: dict = {}
-        self.rates = None  # the timing of the first forecast, shared by the next
         self.start = time.perf_counter()
 
     def stage(self, name: str, fn, *args, **kwargs):
@@ -49,29 +109,6 @@ class RunBook:
         self.metrics["wall_s"][name] = round(dt, 2)
         self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
         return out
-
-    def forecast(self, kind: str, loaded, calibration, scores_given: bool = False) -> None:
-        """Say what the ``score`` or ``prune`` part of the run will do, and how long it takes."""
-        from swapprune.pipeline import forecast as fc
-
-        cfg = self.config
-        quick: fc.Forecast | None
-        if kind == "score":
-            done = _scored_pairs(cfg.score.output, cfg.score.probes) if cfg.score else set()
-            plan = fc.scoring(cfg, loaded.facts, done)
-            quick = fc.scoring(fc.quick_of(cfg), loaded.facts)
-        else:
-            plan = fc.selection(cfg, loaded.facts, loaded.selection, scores_given)
-            quick = fc.quick_selection(cfg, loaded.facts, scores_given)
-        if self.command[1:2] == ["run"]:  # a recipe: the quick settings as its overrides
-            from swapprune.cli.argv import QUICK
-
-            sets = [f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0])]
-            plan.quick_flag = " ".join(sets)
-        self.rates = fc.announce(
-            plan, loaded.model, calibration, cfg.calibration.batch_size, self.say, quick, self.rates
-        )
-        self.metrics.setdefault("estimate", {})[kind] = fc.record(plan)
 
     def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
         """Costs at ``point``: held-out heal windows (if healing) and the eval tasks (if asked)."""
@@ -188,16 +225,6 @@ class RunBook:
             write_text_atomic(directory / "eval" / f"{point}.json", res.to_json(indent=1))
 
 
-def _scored_pairs(path: str | None, probes) -> set:
-    """Pairs an existing scores file already holds every probe of (a resumed run skips them)."""
-    import json
-
-    want = [p for p in probes if p != "deletion"]
-    try:
-        rows = json.loads(Path(path).read_text()).get("pairs", []) if path else []
-        return {(r["i"], r["j"]) for r in rows if all(p in r for p in want)}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return set()
 
 
 def _summary(name: str, out) -> str:

@@ -51,7 +51,6 @@ from swapprune.serving.rules import FULL, RUNTIMES, rule_for
 from swapprune.serving.view import artifact_facts, derived_types
 
 if TYPE_CHECKING:
-    from swapprune.config.run import RunConfig
     from swapprune.gguf.decision import GGUFOutput
     from swapprune.model.facts import ModelFacts
 
@@ -206,15 +205,6 @@ def resolve(
         return None
     runtimes = tuple(r.runtime for r in rules)
     return ServeConstraint(runtimes, tuple(own_types(facts)), default, tuple(rules))
-
-
-def for_run(config: RunConfig, facts: ModelFacts) -> ServeConstraint | None:
-    """The constraint of a run's selection: ``prune.serve``, defaulting on the run's ``--gguf``."""
-    from swapprune.gguf.decision import gguf_output
-
-    assert config.prune is not None
-    gguf = gguf_output(config) if config.export is not None else None
-    return resolve(config.prune.serve, facts, gguf)
 
 
 Key = tuple[float, float, tuple[int, ...]]
