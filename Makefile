@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	# 32 windows x 64 tokens (the setting of METHOD.md's SmolLM2 measurement) keeps the
+	# 32 windows x 64 tokens (the SmolLM2 setting of docs/method.md section 4) keeps the
 	# demo to a few minutes on 2 CPU cores; the library default is 64 x 128.
 	$(VENV)/bin/swapprune --model smollm2-135m --budget 8 --protocol interchange \
 		--prompts 32 --tokens 64 --output runs/demo --overwrite

@@ -3,7 +3,7 @@
 Every arm goes through ``swapprune.plan_pruning`` (the CLI's selection) and records
 the certificate (certified, R95, the tolerance, the plausible sets, whether a
 challenger was kept), the windows probed, and every forward pass by kind
-(``plan.scores["compute"]``: probes, tie-break, oracle, verify, certificate), in
+(``plan.records.compute``: probes, tie-break, oracle, verify, certificate), in
 block evaluations and block-tokens (one decoder block over one token), with the
 process CPU time. The cut is then scored on the matched contract (WikiText-2
 test, first 5,000 words, 512/256 windows: 23 windows).
@@ -52,7 +52,7 @@ ARMS = ("fixed-interchange", "adaptive-interchange", "adaptive-auto", "fixed-aut
 
 
 def record(plan, cpu: float, wall: float) -> dict:
-    s = plan.scores
+    s = plan.to_dict()["scores"]  # the per-block values and the records, as in plan.json
     cert = s.get("certificate") or {}
     adaptive = (s.get("auto") or {}).get("adaptive") or s.get("adaptive") or {}
     return {
@@ -152,9 +152,9 @@ def run_arm(arm: str, args) -> dict:
         plan, cpu, wall = timed(lambda: plan_pruning(
             model, tok, budget=top, protocol="sleb", prompts=args.sleb_windows, tokens=128,
             certify=False, **common)[0])  # fmt: skip
-        order = plan.scores["order"]
+        order = plan.records.order.to_list()
         out["order"], out["cpu_s"], out["wall_s"] = order, cpu, wall
-        out["measured_compute"] = plan.scores["compute"]
+        out["measured_compute"] = plan.records.compute.to_dict()
         out["windows"] = [args.sleb_windows, 128]
         tokens = args.sleb_windows * 128
         for b in args.budgets:

@@ -138,7 +138,7 @@ def select_blocks(
         certify=protocol == "auto",  # SLEB is timed as published; auto decides by it
         progress=False,
     )
-    s = plan.scores
+    s = plan.to_dict()["scores"]  # the per-block values and the records, as in plan.json
     record = dict(s.get("auto") or {})
     if "certificate" in s:
         record["certificate"] = s["certificate"]
@@ -148,7 +148,7 @@ def select_blocks(
 
 
 def auto_certificate(selected: Selected) -> dict | None:
-    """The certificate ``auto`` gives for its selection (``plan.scores["certificate"]``)."""
+    """The certificate ``auto`` gives for its selection (``plan.records.certificate``)."""
     return selected.record.get("certificate")
 
 

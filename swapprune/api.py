@@ -3,9 +3,8 @@
 The keyword arguments are the fields of :class:`~swapprune.config.SelectConfig`
 and :class:`~swapprune.config.CalibrationConfig`, with the same names and
 defaults as the CLI's flags and a recipe's keys. They go through the run's own
-stage functions (:func:`swapprune.pipeline.stages.calibrate`, :func:`swapprune.pipeline.stages.select`),
-so a call here selects on the same windows, with the same policy, as the
-command line with the same settings.
+cut sequence (:func:`swapprune.pipeline.cut.cut`), so a call here selects on the
+same windows, with the same policy, as the command line with the same settings.
 """
 
 from __future__ import annotations
@@ -14,7 +13,13 @@ import dataclasses
 from typing import Any
 
 from swapprune.config import CalibrationConfig, RunConfig, SelectConfig
-from swapprune.errors import SwappruneError
+from swapprune.errors import SwappruneError, did_you_mean
+from swapprune.model.facts import ModelFacts
+from swapprune.model.source import ModelSource
+from swapprune.pipeline import checks, stages
+from swapprune.pipeline.cut import cut as cut_sequence
+from swapprune.pipeline.record import Steps, Wording
+from swapprune.select.reuse import check_reused
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[SelectConfig, CalibrationConfig]:
@@ -22,8 +27,6 @@ def _split(kwargs: dict[str, Any]) -> tuple[SelectConfig, CalibrationConfig]:
     names = {f.name: cls for cls in sections for f in dataclasses.fields(cls)}
     unknown = sorted(set(kwargs) - set(names))
     if unknown:
-        from swapprune.errors import did_you_mean
-
         raise SwappruneError(
             f"unknown setting '{unknown[0]}'{did_you_mean(unknown[0], names)}; settings are the "
             "fields of SelectConfig and CalibrationConfig"
@@ -76,49 +79,33 @@ def plan_pruning(
 def cut(
     model, tokenizer, calibration, scores, heldout, model_id, progress, settings: dict, say=None
 ):
-    """The stages of a cut on an in-memory model: ``(plan, scores, patches)``.
+    """The cut of ``settings`` on an in-memory model: ``(plan, scores, patches)``.
 
     What :func:`plan_pruning` and :func:`prune` run (and the llm-compressor modifier):
-    ``settings`` are their keyword settings; ``patches`` are the linear patch's matrices
+    ``settings`` are their keyword settings, checked here
+    (:mod:`swapprune.pipeline.checks`); the cut itself is the run's own sequence
+    (:func:`swapprune.pipeline.cut.cut`). ``patches`` are the linear patch's matrices
     (``settings["patch"] == "linear"``) for :func:`swapprune.edit.surgery.apply_plan`.
     """
-    from swapprune.model.facts import ModelFacts
-    from swapprune.model.load import ModelSource
-    from swapprune.model.stack import decoder_stack
-    from swapprune.pipeline import stages
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     select_cfg, calib_cfg = _split(settings)
-    calib_cfg.check()
-    select_cfg.check(calib_cfg)
+    checks.check_selection(select_cfg, calib_cfg)
     cfg = RunConfig(calibration=calib_cfg, prune=select_cfg)
     facts = ModelFacts.from_config(model.config).with_layers(decoder_stack(model).num_layers)
     name = model_id or getattr(model, "name_or_path", "") or type(model).__name__
-    selection = cfg.check_model(facts) if select_cfg.plan is None else None
+    selection = checks.check_model(cfg, facts) if select_cfg.plan is None else None
     loaded = stages.Loaded(model, tokenizer, ModelSource(name, name), facts, selection)
     if scores is None and select_cfg.scores:
         scores = stages.reuse_scores(select_cfg.scores, loaded)
     elif scores is not None and selection is not None:
-        from swapprune.select.reuse import check_reused
-
         check_reused(scores, selection, "given as scores=")
-    if calibration is None and selection is not None and selection.needs_windows:
-        if tokenizer is None:
-            raise SwappruneError("selection needs calibration windows: pass a tokenizer")
-        calibration = stages.calibrate(cfg, loaded)
-    if say is not None and selection is not None:
-        from swapprune.pipeline import forecast as fc
-
-        plan = fc.selection(cfg, facts, selection, scores is not None)
-        quick = fc.quick_selection(cfg, facts, scores is not None)
-        plan.quick_flag = "prompts=16, tokens=64"
-        fc.announce(plan, model, calibration, calib_cfg.batch_size, say, quick)
-    if heldout is None and selection is not None:
-        heldout = stages.heldout(cfg, loaded, calibration)
-    plan, scores = stages.select(cfg, loaded, calibration, scores, progress, heldout)
-    patches = None
-    if select_cfg.patch != "none":
-        patches = stages.patch(cfg, loaded, plan, calibration, heldout)
-    return plan, scores, patches
+    steps = Steps(say, Wording(quick="prompts=16, tokens=64"))
+    done = cut_sequence(
+        cfg, loaded, steps, calibration=calibration, scores=scores, heldout=heldout,
+        progress=progress,
+    )  # fmt: skip
+    return done.plan, done.scores, done.patches
 
 
 def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "interchange", **kw):

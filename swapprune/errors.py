@@ -9,6 +9,26 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A run that fixes what an error names, as data: the front end writes it out.
+
+    The command line writes it as the command that runs it
+    (:func:`swapprune.cli.argv.command_line`); the message alone leaves it out.
+
+    Attributes:
+        config: the :class:`~swapprune.config.RunConfig` to run.
+        command: the command that runs it (``score``; ``None``: the default command).
+        what: what it does, said before it (``add them to the file``).
+    """
+
+    config: Any
+    command: str | None
+    what: str
 
 
 class SwappruneError(Exception):
@@ -16,12 +36,29 @@ class SwappruneError(Exception):
 
     Line breaks in the message (a value the user typed, echoed back) are written as
     ``\\n``, so the report stays one line whatever the input was.
+
+    Attributes:
+        fix: a run that fixes it (:class:`Fix`), or ``None``; :meth:`line` writes it in.
+        then: the message's end, after the fix (``"; or choose ..."``).
     """
 
-    def __init__(self, message: object = "", *args: object) -> None:
+    def __init__(
+        self, message: object = "", *args: object, fix: Fix | None = None, then: str = ""
+    ) -> None:
         if isinstance(message, str):
-            message = message.replace("\r", "\\r").replace("\n", "\\n")
-        super().__init__(message, *args)
+            message = _one_line(message)
+        self.head, self.fix, self.then = message, fix, _one_line(then)
+        super().__init__(f"{message}{self.then}" if self.then else message, *args)
+
+    def line(self, written_fix: str | None = None) -> str:
+        """The message with the fix written in (as ``written_fix``, e.g. a command line)."""
+        if self.fix is None or written_fix is None:
+            return str(self)
+        return f"{self.head}; {self.fix.what}: {written_fix}{self.then}"
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -3,20 +3,25 @@
 A :class:`PrunePlan` is the artifact handed from selection to surgery and
 saved next to the checkpoint (``plan.json``). It is pure data (no torch), is
 validated whenever it is built or read, and can be rendered as the equivalent
-mergekit ``passthrough`` config.
+mergekit ``passthrough`` config. What the selection measured besides the
+per-block values (the certificate, stability, compute, ``auto``'s decision, ...)
+travels as typed records (:class:`~swapprune.records.PlanRecords`).
 
 All indices are 0-based indices into the *original* block list.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.records import KEYS as RECORD_KEYS
+from swapprune.records import PlanRecords
 
 OPS = ("remove", "merge")
 
@@ -37,8 +42,8 @@ class PrunePlan:
         budget: number of blocks the selection was asked to drop, if any.
         protocol: importance criterion the scores came from.
         strategy: selection strategy that turned scores into this plan.
-        scores: per-layer importance values behind the decision, and anything
-            else worth recording (JSON-serialisable).
+        scores: per-block values behind the decision (importance, the tie-break key,
+            a strategy's notes, oracle counts; JSON-serialisable).
         model: id of the source model.
         fingerprint: :func:`swapprune.model.fingerprint.model_fingerprint` of the source
             model, when known; a plan applied to another model can then be refused
@@ -46,6 +51,9 @@ class PrunePlan:
         patch: the linear patch folded after removal (:mod:`swapprune.edit.patch`): its
             kind, spans and fits, and the file beside the plan holding its matrices
             (``patch.safetensors``) with their sha256; ``None`` without a patch.
+        records: what the selection recorded besides per-block values (certificate,
+            stability, compute, adaptive, ``auto``, serve, removal order). ``plan.json``
+            writes them inside ``scores``, where :meth:`from_dict` finds them again.
     """
 
     num_layers: int
@@ -61,6 +69,7 @@ class PrunePlan:
     model: str | None = None
     fingerprint: dict[str, Any] | None = None
     patch: dict[str, Any] | None = None
+    records: PlanRecords = field(default_factory=PlanRecords)
 
     def __post_init__(self) -> None:
         self.kept = list(self.kept)
@@ -144,6 +153,9 @@ class PrunePlan:
             raise SwappruneError("plan op is 'remove' but it lists merged blocks")
         if self.op == "merge" and not self.merge:
             raise SwappruneError("plan op is 'merge' but names no merge rule")
+        clash = sorted(set(self.scores) & set(RECORD_KEYS))
+        if clash:
+            raise SwappruneError(f"plan scores hold {clash}: those are records (plan.records)")
         if self.patch is not None:
             if self.op != "remove" or not isinstance(self.patch, dict):
                 raise SwappruneError("plan patch must be an object, on a removal plan")
@@ -202,16 +214,18 @@ class PrunePlan:
     # -- persistence --------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The JSON form (``plan.json``): the fields, with the records inside ``scores``."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
         d["merged"] = {str(k): v for k, v in self.merged.items()}
-        return d
+        d["scores"] = self.records.json_scores(self.scores)
+        return copy.deepcopy(d)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "plan") -> PrunePlan:
         """Build a plan from its JSON form; unknown or missing keys are errors."""
         if not isinstance(data, dict):
             raise SwappruneError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - {"records"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SwappruneError(f"{source}: unknown keys {unknown}; known: {sorted(known)}")
@@ -219,8 +233,9 @@ class PrunePlan:
             if key not in data:
                 raise SwappruneError(f"{source}: missing key '{key}'")
         try:
-            return cls(**data)
-        except (TypeError, ValueError, AttributeError) as e:
+            records, scores = PlanRecords.from_scores(data.get("scores") or {})
+            return cls(**{**data, "scores": scores}, records=records)
+        except (TypeError, ValueError, AttributeError, KeyError) as e:
             raise SwappruneError(f"{source}: malformed plan ({e})") from None
 
     def to_json(self, path: str | Path) -> None:

@@ -3,7 +3,7 @@
 :func:`load_config` reads the YAML (or a dict), applies ``--set key.sub=value``
 overrides, refuses unknown keys with a did-you-mean, checks every value's
 type, and validates the result
-(:meth:`RunConfig.check`). :func:`describe_schema` prints every field
+(:func:`swapprune.pipeline.checks.check_config`). :func:`describe_schema` prints every field
 (``swapprune run --schema``).
 """
 
@@ -50,7 +50,9 @@ def load_config(
         data["model"] = {"name": data["model"]}
     _refuse_nul(data, "")
     cfg = build(RunConfig, data, "")
-    return cfg.check()
+    from swapprune.pipeline.checks import check_config
+
+    return check_config(cfg)
 
 
 def _refuse_nul(value, key: str) -> None:

@@ -14,7 +14,7 @@ from swapprune.engine.oracle import CalibrationOracle
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria, select
-from swapprune.select.auto import decision_lines, shortlist
+from swapprune.select.auto import shortlist
 from swapprune.select.constraints import Constraints
 from swapprune.select.reference import Heldout
 from swapprune.select.search import beam_over
@@ -70,71 +70,72 @@ def run(model, calib, scores, budget=1, heldout="new", **kw):
 def test_divergent_acts_interchange_guided(model, calib):
     s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.09, 0.02, 0.08, 0.06, 0.07])
     plan, _ = run(model, calib, s)
-    d = plan.scores["auto"]
-    assert d["regime"]["call"] == "divergent" and d["action"].startswith("interchange-guided")
+    d = plan.records.auto
+    assert d.regime["call"] == "divergent" and d.action.startswith("interchange-guided")
     # interchange's choice is the incumbent; auto may keep any set of the reference that beats it
-    cert = plan.scores["certificate"]
-    assert cert["chosen"] == d["selections"]["interchange"] and cert["chosen"][0] in (1, 2)
-    assert plan.removed == cert["kept"] == d["chosen"]
-    assert cert["switch_among"] == "reference"
-    assert d["oracle_calls"] == 0 and plan.protocol == "auto"
-    assert d["stability"]["interchange"]["frequency"] > 0.5
+    cert = plan.records.certificate
+    assert cert.chosen == d.selections["interchange"] and cert.chosen[0] in (1, 2)
+    assert plan.removed == cert.kept == d.chosen and cert.switch_among == "reference"
+    assert d.oracle_calls == 0 and plan.protocol == "auto" and d.search is None
+    assert d.stability["interchange"].frequency > 0.5
 
 
 def test_tie_like_says_the_regime(model, calib):
     s = scores_table([0.03, 0.02, 0.04, 0.035, 0.03], [0.029, 0.019, 0.039, 0.034, 0.031])
     plan, _ = run(model, calib, s)
-    d = plan.scores["auto"]
-    assert d["regime"]["call"] == "tie-like" and "tie-like regime" in d["action"]
-    assert plan.scores["certificate"]["chosen"] == d["selections"]["interchange"]
-    assert plan.removed == plan.scores["certificate"]["kept"]
-    assert d["agree"] == (d["selections"]["interchange"] == d["selections"]["replacement"])
-    assert any(line.startswith("tie-like regime: interchange") for line in decision_lines(d))
+    d = plan.records.auto
+    assert d.regime["call"] == "tie-like" and "tie-like regime" in d.action
+    assert plan.records.certificate.chosen == d.selections["interchange"]
+    assert plan.removed == plan.records.certificate.kept
+    assert d.agree == (d.selections["interchange"] == d.selections["replacement"])
+    assert any(line.startswith("tie-like regime: interchange") for line in d.lines())
 
 
 def test_both_high_verifies_on_held_out_windows(model, calib):
     s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
     h = held()
     plan, _ = run(model, calib, s, budget=2, heldout=h, width=100, max_calls=1000, shortlist_size=3)
-    d = plan.scores["auto"]
-    assert d["regime"]["call"] == "both-high" and d["action"].startswith("verify")
+    d = plan.records.auto
+    assert d.regime["call"] == "both-high" and d.action.startswith("verify")
+    found = d.search
     cons = Constraints(L)
     ctx = criteria.Context(L, scores=s)
     imps = [criteria.get(p).importance(ctx) for p in ("interchange", "replacement")]
-    assert d["shortlist"] == shortlist(imps, 2, cons, 3)
+    assert found.shortlist == shortlist(imps, 2, cons, 3)
     # an unbounded beam over the shortlist is exhaustive: it finds the cheapest pair on the
     # verify windows, never on the scoring windows
     oracle = CalibrationOracle(model, h.verify.input_ids, 8, "ppl")
-    costs = {c: oracle.cost(c) for c in combinations(d["shortlist"], 2)}
-    assert tuple(d["verified"]) == min(costs, key=costs.get)
-    assert d["oracle_windows"] == list(h.verify.input_ids.shape)
-    assert d["oracle_calls"] == d["beam"]["calls"] + 1  # + the base model's cost
+    costs = {c: oracle.cost(c) for c in combinations(found.shortlist, 2)}
+    assert tuple(found.verified) == min(costs, key=costs.get)
+    assert found.oracle_windows == list(h.verify.input_ids.shape)
+    assert d.oracle_calls == found.beam["calls"] + 1  # + the base model's cost
     # the verified set challenges interchange's choice on the certify windows
-    cert = plan.scores["certificate"]
-    assert cert["chosen"] == d["selections"]["interchange"]
-    assert d["verified"] in [row["set"] for row in cert["sets"]]
-    assert plan.removed == cert["kept"] == d["chosen"]
-    assert cert["switched"] == (cert["kept"] != cert["chosen"])
+    cert = plan.records.measured
+    assert cert.chosen == d.selections["interchange"]
+    assert found.verified in [row["set"] for row in cert.sets]
+    assert plan.removed == cert.kept == d.chosen
+    assert cert.switched == (cert.kept != cert.chosen)
     assert plan.strategy.startswith("auto-verify")
-    assert any("beam on held-out windows" in line for line in decision_lines(d))
+    assert any("beam on held-out windows" in line for line in d.lines())
 
 
 def test_both_high_without_held_out_windows_says_it_did_not_verify(model, calib):
     s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
     plan, _ = run(model, calib, s, budget=2, heldout=None)
-    d = plan.scores["auto"]
-    assert "not run: no held-out windows" in d["action"] and "beam" not in d
-    assert plan.removed == d["selections"]["interchange"]
+    d = plan.records.auto
+    assert "not run: no held-out windows" in d.action and d.search is None
+    assert "beam" not in d.to_dict() and plan.removed == d.selections["interchange"]
 
 
 def test_both_high_respects_the_oracle_cap(model, calib):
     s = scores_table([0.6, 0.5, 0.7, 0.4, 0.6], [0.3, 0.2, 0.25, 0.15, 0.4])
     plan, _ = run(model, calib, s, budget=2, max_calls=3)
-    d = plan.scores["auto"]
-    assert d["beam"]["capped"] and d["beam"]["calls"] == 3 and len(plan.removed) == 2
+    beam = plan.records.auto.search.beam
+    assert beam["capped"] and beam["calls"] == 3 and len(plan.removed) == 2
     # default cap: half of SLEB-iterative's calls at this budget (2 x 6 - 1 = 11 -> 5)
     plan, _ = run(model, calib, s, budget=2)
-    assert plan.scores["auto"]["beam"]["cap"] == 5 and plan.scores["auto"]["beam"]["calls"] <= 5
+    beam = plan.records.auto.search.beam
+    assert beam["cap"] == 5 and beam["calls"] <= 5
 
 
 def test_beam_over_is_exhaustive_when_wide_and_completes_when_capped():
@@ -157,10 +158,10 @@ def test_end_to_end_through_plan_pruning(model):
         calibration=Calibration(tiny_ids(4, 16), "tensor", 0),
         progress=False,
     )
-    d = plan.scores["auto"]
+    d = plan.records.auto
     assert set(scores.protocols()) >= {"replacement", "interchange"}
-    assert d["regime"]["call"] in ("divergent", "tie-like", "both-high")
-    assert d["regime"]["confidence"] is not None and len(plan.removed) == 1
+    assert d.regime["call"] in ("divergent", "tie-like", "both-high")
+    assert d.regime["confidence"] is not None and len(plan.removed) == 1
 
 
 def test_bad_input(model, calib):
@@ -187,20 +188,21 @@ def test_both_high_controls_search_another_shortlist_of_the_same_size(model, cal
     swap, _ = run(model, calib, s, budget=2, shortlist_size=2)
     spec = dataclasses.replace(auto_spec(2, auto_shortlist=source))
     plan, _ = select_auto(model, spec, calib, s, heldout=held(), shortlist_size=2)
-    d, d_swap = plan.scores["auto"], swap.scores["auto"]
-    assert d["shortlist_source"] == source and d_swap["shortlist_source"] == "swap"
-    assert len(d["shortlist"]) == len(d_swap["shortlist"])
+    d, d_swap = plan.records.auto.search, swap.records.auto.search
+    assert d.shortlist_source == source and d_swap.shortlist_source == "swap"
+    assert len(d.shortlist) == len(d_swap.shortlist)
     if source == "bi":
         bi = criteria.get("bi").importance(
             criteria.Context(L, oracle=CalibrationOracle(model, calib.input_ids))
         )
-        want = sorted(range(L), key=lambda b: (bi[b], b))[: len(d_swap["shortlist"])]
+        want = sorted(range(L), key=lambda b: (bi[b], b))[: len(d_swap.shortlist)]
     else:
-        want = random_midstack(list(range(L)), L, len(d_swap["shortlist"]), 0)
+        want = random_midstack(list(range(L)), L, len(d_swap.shortlist), 0)
         assert want == random_midstack(list(range(L)), L, len(want), 0)  # seeded
-    assert d["shortlist"] == sorted(want)
-    assert set(d["verified"]) <= set(d["shortlist"])
-    assert any(f"control shortlist ({source})" in line for line in decision_lines(d))
+    assert d.shortlist == sorted(want)
+    assert set(d.verified) <= set(d.shortlist)
+    lines = plan.records.auto.lines()
+    assert any(f"control shortlist ({source})" in line for line in lines)
 
 
 def test_a_control_shortlist_is_a_setting_of_auto_only():

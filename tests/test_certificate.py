@@ -9,7 +9,7 @@ from tiny_models import tiny_tokenizer
 from swapprune.calibration.heldout import heldout_windows
 from swapprune.calibration.tokens import encode
 from swapprune.calibration.windows import load_calibration, source_text
-from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.config import SelectConfig
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, tranches
@@ -185,7 +185,7 @@ def test_heldout_windows_never_touch_the_scoring_windows():
 )
 def test_bad_certificate_settings_are_refused_before_any_model(kw, match):
     with pytest.raises(SwappruneError, match=match) as e:
-        SelectConfig(budget=2, **kw).check(CalibrationConfig())
+        SelectConfig(budget=2, **kw).check()
     assert "\n" not in str(e.value)
 
 
@@ -361,20 +361,27 @@ def test_a_regret_exactly_at_the_tolerance_certifies():
 
 def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
     """The loop certified its probes' sets, the final certificate (more sets) did not."""
+    from swapprune.records import AdaptiveRecord, CertificateSkipped
     from swapprune.select.reference import reconcile_stop
 
+    def loop(stopped: str) -> AdaptiveRecord:
+        return AdaptiveRecord(stopped, 8, 40, 32, 0.1, 0.1)
+
     sets = [{"set": [14, 17]}, {"set": [13, 17]}, {"set": [12, 17]}]
-    rec = reconcile_stop({"stopped": "certified"}, {"certified": False, "sets": sets})
-    assert rec["final_certified"] is False
-    assert "over 3 sets" in rec["stop_note"] and "does not" in rec["stop_note"]
+    rec = reconcile_stop(loop("certified"), _cert(certified=False, sets=sets))
+    assert rec.final_certified is False
+    assert "over 3 sets" in rec.stop_note and "does not" in rec.stop_note
+    assert rec.to_dict()["stop_note"] == rec.stop_note
     # agreement, or a stop on the cap: nothing to explain
-    rec = reconcile_stop({"stopped": "certified"}, {"certified": True, "sets": sets})
-    assert rec["final_certified"] is True and "stop_note" not in rec
-    rec = reconcile_stop({"stopped": "max windows"}, {"certified": False, "sets": sets})
-    assert rec["final_certified"] is False and "stop_note" not in rec
+    rec = reconcile_stop(loop("certified"), _cert(certified=True, sets=sets))
+    assert rec.final_certified is True and "stop_note" not in rec.to_dict()
+    rec = reconcile_stop(loop("max windows"), _cert(certified=False, sets=sets))
+    assert rec.final_certified is False and rec.stop_note is None
     # no certificate measured (no held-out windows): the record is left as it was
-    assert reconcile_stop({"stopped": "stable"}, {"certified": None}) == {"stopped": "stable"}
-    assert reconcile_stop(None, {"certified": True}) is None
+    skipped = CertificateSkipped("no held-out windows")
+    assert reconcile_stop(loop("stable"), skipped) == loop("stable")
+    assert "final_certified" not in reconcile_stop(loop("stable"), None).to_dict()
+    assert reconcile_stop(None, _cert(certified=True)) is None
 
 
 def test_a_stably_wrong_criterion_is_not_certified_and_bi_is_named():
@@ -396,18 +403,55 @@ def test_a_stably_wrong_criterion_is_not_certified_and_bi_is_named():
     assert auto.kept == [1, 4] and auto.switched and auto.certified
 
 
-def test_the_summary_names_the_command_of_the_better_set():
-    from swapprune.cli.summary import certificate_fix
-    from swapprune.config import ModelConfig, RunConfig
+def _summary_of(cert, cost_warning: bool, protocol="interchange"):
+    """The printed summary of a constructed prune run with ``cert`` and a cost record."""
+    from pathlib import Path
 
+    from swapprune.cli.summary import print_prune_summary
+    from swapprune.config import CostConfig, ExportConfig, ModelConfig, RunConfig
+    from swapprune.pipeline.sequence import RunResult
+    from swapprune.plan import PrunePlan
+
+    cfg = RunConfig(model=ModelConfig("smollm2-135m"), prune=SelectConfig(budget=2,
+                    protocol=protocol), cost=CostConfig(), export=ExportConfig("out"))  # fmt: skip
+    plan = PrunePlan.from_removal(10, cert.kept, budget=2, protocol=protocol, strategy="greedy")
+    plan.records.certificate = cert
+    cost = {"summary": "cost: WikiText-2 perplexity 20 -> 80, dPPL +300.0% [+250%, +350%]"}
+    if cost_warning:
+        cost["warning"] = "warning: this cut raises perplexity by +300% [+250%, +350%], above +50%"
+    res = RunResult(cfg, output=Path("out"), plan=plan, metrics={"cost": cost})
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_prune_summary(res)
+    return buf.getvalue().splitlines()
+
+
+def test_the_summary_has_one_next_line_and_it_names_the_better_set():
     costs = {(3, 5): 3.0, (3, 6): 3.05, (1, 4): 0.5}
     nll, base, tokens = nll_table(costs, noise=0.01)
     cert = certify((3, 5), nll, base, tokens, sources={(1, 4): "bi"})
-    cfg = RunConfig(model=ModelConfig("smollm2-135m"), prune=SelectConfig(budget=2))
-    line = certificate_fix(cert.to_dict(), cfg, "out")
-    assert "--protocol bi" in line and "[1, 4]" in line and "\n" not in line
+    lines = _summary_of(cert, cost_warning=True)
+    nexts = [line for line in lines if "next:" in line]
+    assert len(nexts) == 1 and nexts == [lines[-1]], lines
+    # BI's set is cheaper: its criterion, with a linear patch since the cut costs too much
+    assert "--protocol bi" in nexts[0] and "--patch linear" in nexts[0] and "--budget 2" in nexts[0]
+    assert any("Block Influence's set [1, 4] costs" in line for line in lines)
+    # a neighbour (or a landscape set) is produced by auto
     other = certify((3, 5), nll, base, tokens, sources={(1, 4): "neighbour"})
-    assert "--protocol auto" in certificate_fix(other.to_dict(), cfg, "out")
+    (line,) = [x for x in _summary_of(other, cost_warning=False) if "next:" in x]
+    assert "--protocol auto" in line and "--patch" not in line
+    # above the cost warning with no better set known: auto and the patch
+    nll, base, tokens = nll_table({(3, 5): 3.0, (3, 6): 3.0}, noise=0.001)
+    fine = certify((3, 5), nll, base, tokens)
+    assert fine.certified
+    (line,) = [x for x in _summary_of(fine, cost_warning=True) if "next:" in x]
+    assert "--protocol auto" in line and "--patch linear" in line
+    # a certified cut below the warning: evaluate it
+    (line,) = [x for x in _summary_of(fine, cost_warning=False) if "next:" in x]
+    assert line.startswith("next: swapprune eval ")
 
 
 def test_delta_does_not_grow_when_every_plausible_set_gets_worse():

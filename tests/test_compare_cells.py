@@ -11,6 +11,7 @@ import pytest
 from swapprune.config import CalibrationConfig, CompareConfig, RunConfig, SelectConfig
 from swapprune.config.cells import cell_select
 from swapprune.errors import SwappruneError
+from swapprune.pipeline.checks import check_compare
 from swapprune.studies.compare_cells import criterion_of, is_random, method_config, method_runs
 
 
@@ -44,7 +45,7 @@ def test_an_entry_names_a_criterion_a_strategy_a_merge_or_a_control_shortlist():
 
 def test_the_comparison_checks_every_entry_and_its_margin(tmp_path):
     def check(**kw):
-        CompareConfig(output=str(tmp_path / "o"), **kw).check()
+        check_compare(CompareConfig(output=str(tmp_path / "o"), **kw))
 
     check(criteria=["interchange@ranked", "bi@greedy", "interchange@merge:laco", "auto"])
     with pytest.raises(SwappruneError, match="did you mean 'greedy'"):
@@ -99,8 +100,9 @@ def test_checking_a_comparison_imports_no_torch(tmp_path):
     code = f"""
 import sys
 from swapprune.config import CompareConfig
-CompareConfig(output={str(tmp_path / "o")!r}, criteria=["interchange@ranked", "bi@greedy",
-              "interchange@merge:laco", "auto@shortlist:random"], margin=1.5).check()
+from swapprune.pipeline.checks import check_compare
+check_compare(CompareConfig(output={str(tmp_path / "o")!r}, criteria=["interchange@ranked",
+              "bi@greedy", "interchange@merge:laco", "auto@shortlist:random"], margin=1.5))
 bad = [m for m in ("torch", "transformers", "lm_eval") if m in sys.modules]
 assert not bad, bad
 print("ok")

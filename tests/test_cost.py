@@ -61,13 +61,13 @@ def test_above_the_threshold_warns_with_the_next_step(tok):
     cost = pruning_cost(model, tok, plan, threshold=-0.99, **KW)
     w = cost.warning
     assert w.startswith("warning: this cut raises perplexity") and "\n" not in w
-    assert "--budget 1" in w and "--protocol auto" in w and "swapprune run" in w
+    assert "--budget 1" in w and "--protocol auto" in w and "--patch linear" in w
     d = cost.to_dict()
     assert d["contract"]["stride"] == 32 and d["windows"] == 6 and d["threshold"] == -0.99
     # A cut that auto chose is not told to try auto.
     plan = PrunePlan.from_removal(6, [0, 2, 4], budget=3, protocol="auto")
     w = pruning_cost(model, tok, plan, threshold=-0.99, **KW).warning
-    assert "--protocol auto" not in w and "--budget 1" in w and "swapprune run" in w
+    assert "--protocol auto" not in w and "--budget 1" in w and "--patch linear" in w
 
 
 def test_bad_calls(tok):

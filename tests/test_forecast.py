@@ -15,6 +15,7 @@ from swapprune.engine.estimate import Rates, Work, probe_work, set_work
 from swapprune.engine.probing import score
 from swapprune.model.facts import ModelFacts
 from swapprune.pipeline import forecast as fc
+from swapprune.pipeline.checks import check_model
 
 FAST = ["--prompts", "4", "--tokens", "32", "--no-progress"]
 # A small cost check: 2 windows of the contract (the default of 8 spends most of a test here).
@@ -172,7 +173,7 @@ def _forecast(prompts: int, tokens: int) -> fc.Forecast:
         prune=SelectConfig(budget=8),
         cost=CostConfig(),
     )
-    return fc.selection(cfg, facts, cfg.check_model(facts), False)
+    return fc.selection(cfg, facts, check_model(cfg, facts), False)
 
 
 def test_a_long_cpu_run_names_the_quick_path():

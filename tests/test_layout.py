@@ -1,4 +1,24 @@
-"""The package's shape: no import cycle (lazy imports included), small modules, light checks."""
+"""The package's shape: its import graph, its layers, module sizes, light checks.
+
+The import graph counts every import a module holds: at the top, inside functions and
+under ``if TYPE_CHECKING:``. A type-only import never runs, but a circle held apart
+only by it (or by an import placed inside a function) is still a circle: it has no
+cycle at all. Two layers are held to their side of it:
+
+* ``swapprune/config/`` is a schema (fields, types, ranges, choices among fixed names)
+  and imports nothing of the package outside itself but two leaf modules:
+  :mod:`swapprune.errors` and :mod:`swapprune.defaults`, where the constants its fields
+  name live (the probe names, the matched contract's size, the bootstrap count, the
+  calibration defaults), which the stages read from there or through their own modules.
+  Checks that need a registry, the disk, the hub, a package or the model's facts are in
+  ``swapprune/pipeline/checks.py``.
+* ``swapprune/cli/`` is the top: nothing outside it imports it (but ``__main__``, its
+  entry point). Lower layers return data (a configuration, a
+  :class:`~swapprune.pipeline.stages.NextCut`, an error's
+  :class:`~swapprune.errors.Fix`) and the CLI writes it as a command line.
+
+Every check has a self-test that builds a violating case and shows it is caught.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +29,34 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "swapprune"
 
+#: What ``swapprune/config/`` may import of the package besides itself: two leaf modules.
+CONFIG_MAY_IMPORT = ("swapprune.errors", "swapprune.defaults")
+#: The CLI's entry point, the one module outside ``cli/`` that imports it.
+CLI_ENTRY = ("swapprune.__main__",)
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def _modules(package: Path) -> dict[str, Path]:
+    return {_module_name(p, package): p for p in package.rglob("*.py")}
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports anywhere in its body (functions included).
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package modules it imports anywhere in its body.
 
+    Imports inside functions and under ``if TYPE_CHECKING:`` are edges like any other.
     ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b``.
-    Imports under ``if TYPE_CHECKING:`` are skipped: they never run.
     """
-    mods = _modules()
+    mods = _modules(package)
+    root = package.name
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip: set[int] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
         is_pkg = path.name == "__init__.py"
         for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -52,7 +72,7 @@ def import_graph() -> dict[str, set[str]]:
             for t in targets:
                 while t and t not in mods:
                     t = t.rpartition(".")[0]
-                if t and t != name and t.startswith("swapprune"):
+                if t and t != name and (t == root or t.startswith(root + ".")):
                     graph[name].add(t)
     return graph
 
@@ -90,14 +110,126 @@ def _package_parents_dropped(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return {m: {n for n in deps if not m.startswith(n + ".")} for m, deps in graph.items()}
 
 
-def test_no_import_cycle_lazy_imports_included():
+def _inside(module: str, folder: str) -> bool:
+    return module == folder or module.startswith(folder + ".")
+
+
+def outside_imports(graph: dict[str, set[str]], folder: str, allowed: tuple[str, ...]) -> list:
+    """``(module, imported)`` edges from ``folder`` to anything but itself and ``allowed``."""
+    return sorted(
+        (m, n)
+        for m, deps in graph.items()
+        if _inside(m, folder)
+        for n in deps
+        if not _inside(n, folder) and not any(_inside(n, a) for a in allowed)
+    )
+
+
+def imports_into(graph: dict[str, set[str]], folder: str, allowed: tuple[str, ...]) -> list:
+    """``(module, imported)`` edges into ``folder`` from outside it (but ``allowed``)."""
+    return sorted(
+        (m, n)
+        for m, deps in graph.items()
+        if not _inside(m, folder) and m not in allowed
+        for n in deps
+        if _inside(n, folder)
+    )
+
+
+def test_no_import_cycle_lazy_and_type_only_imports_included():
     cycle = find_cycle(_package_parents_dropped(import_graph()))
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_config_is_a_schema_that_imports_no_domain():
+    bad = outside_imports(import_graph(), "swapprune.config", CONFIG_MAY_IMPORT)
+    assert not bad, f"config/ imports outside itself: {bad}"
+
+
+def test_nothing_outside_cli_imports_cli():
+    bad = imports_into(import_graph(), "swapprune.cli", CLI_ENTRY)
+    assert not bad, f"imports of cli/ from below it: {bad}"
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``root/swapprune`` of ``files`` (path -> source), each folder a package."""
+    pkg = root / "swapprune"
+    for rel, source in files.items():
+        path = pkg / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for folder in path.relative_to(pkg).parents:
+            init = pkg / folder / "__init__.py"
+            if not init.exists():
+                init.write_text("")
+        path.write_text(source)
+    return pkg
+
+
+TYPE_ONLY = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {}\n"
+IN_FUNCTION = "def f():\n    {}\n"
+
+
+def test_a_circle_through_a_type_only_import_is_found(tmp_path):
+    pkg = _package(
+        tmp_path,
+        {
+            "select/spec.py": TYPE_ONLY.format("from swapprune.select.adaptive import Settings"),
+            "select/adaptive.py": IN_FUNCTION.format("from swapprune.select import reference"),
+            "select/reference.py": "from swapprune.select.spec import Spec\n",
+        },
+    )
+    graph = import_graph(pkg)
+    assert "swapprune.select.adaptive" in graph["swapprune.select.spec"]  # type-only: an edge
+    cycle = find_cycle(_package_parents_dropped(graph))
+    assert cycle is not None and set(cycle) == {
+        "swapprune.select.spec",
+        "swapprune.select.adaptive",
+        "swapprune.select.reference",
+    }
+
+
+def test_a_config_module_importing_the_domain_is_caught(tmp_path):
+    pkg = _package(
+        tmp_path,
+        {
+            "errors.py": "",
+            "defaults.py": "",
+            "select/spec.py": "",
+            "model/facts.py": "",
+            "config/fields.py": "from swapprune.errors import SwappruneError\n"
+            "from swapprune.defaults import N_BOOT\nfrom swapprune.config import run\n",
+            "config/run.py": TYPE_ONLY.format("from swapprune.model.facts import ModelFacts"),
+            "config/select.py": IN_FUNCTION.format("from swapprune.select.spec import build"),
+        },
+    )
+    bad = outside_imports(import_graph(pkg), "swapprune.config", CONFIG_MAY_IMPORT)
+    assert bad == [
+        ("swapprune.config.run", "swapprune.model.facts"),
+        ("swapprune.config.select", "swapprune.select.spec"),
+    ]
+
+
+def test_an_import_of_cli_from_below_it_is_caught(tmp_path):
+    pkg = _package(
+        tmp_path,
+        {
+            "cli/argv.py": "",
+            "cli/summary.py": "from swapprune.cli import argv\n",
+            "__main__.py": "from swapprune.cli import argv\n",
+            "pipeline/stages.py": IN_FUNCTION.format("from swapprune.cli.argv import QUICK"),
+            "select/reuse.py": TYPE_ONLY.format("import swapprune.cli.argv"),
+        },
+    )
+    bad = imports_into(import_graph(pkg), "swapprune.cli", CLI_ENTRY)
+    assert bad == [
+        ("swapprune.pipeline.stages", "swapprune.cli.argv"),
+        ("swapprune.select.reuse", "swapprune.cli.argv"),
+    ]
 
 
 #: One concept per module; past this many lines a module is probably holding two.
@@ -115,7 +247,8 @@ def test_module_sizes():
 
 
 def test_checking_a_run_imports_neither_torch_nor_transformers(tmp_path):
-    """RunConfig.check() and check_model() on a local model's config.json, in a fresh process."""
+    """pipeline.checks.check() on a local model's config.json, in a fresh process: the budget
+    against the depth is checked, and refused in one line, without torch."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(
         '{"model_type": "llama", "num_hidden_layers": 6, "max_position_embeddings": 256,'
@@ -123,12 +256,19 @@ def test_checking_a_run_imports_neither_torch_nor_transformers(tmp_path):
     )
     code = f"""
 import sys
-from swapprune.pipeline import stages
+from swapprune.pipeline import checks
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, SelectConfig
 cfg = RunConfig(model=ModelConfig({str(tmp_path / "m")!r}), prune=SelectConfig(budget=2),
                 calibration=CalibrationConfig(tokens=64))
-checked = stages.check(cfg)
+checked = checks.check(cfg)
 assert checked.facts.num_layers == 6 and checked.selection.budget == 2
+from swapprune.errors import SwappruneError
+cfg.prune.budget = 40
+try:
+    checks.check(cfg)
+    raise AssertionError("a budget of 40 blocks of 6 was accepted")
+except SwappruneError as e:
+    assert "budget 40" in str(e) and "\\n" not in str(e), e
 bad = [m for m in ("torch", "transformers", "lm_eval") if m in sys.modules]
 assert not bad, bad
 print("ok")

@@ -135,7 +135,7 @@ def test_plan_inside_oneshot_equals_swapprune_prune(compressed, tiny_dir, calib_
         progress=False,
     )
     assert plan.removed == mod.plan.removed
-    assert plan.scores["certificate"] == mod.plan.scores["certificate"]
+    assert plan.records.certificate == mod.plan.records.certificate
     assert plan.scores["importance"] == pytest.approx(mod.plan.scores["importance"])
     # The same blocks in full precision: close to the compressed model, but not equal
     # (the quantization is really in the in-memory model and in the checkpoint).
@@ -175,9 +175,10 @@ def test_auto_criterion_passes_through(tiny_dir, calib_ids):
         budget=BUDGET, protocol="auto", prompts=WINDOWS, tokens=TOKENS, tranche=4
     )
     mod.initialize(state)
-    assert mod.plan.protocol == "auto" and mod.plan.scores["auto"]["regime"]["call"]
+    auto = mod.plan.records.auto
+    assert mod.plan.protocol == "auto" and auto.regime["call"]
     # The same adaptive tranches as the CLI's --protocol auto, on oneshot's windows.
-    assert mod.plan.scores["auto"]["adaptive"]["rounds"][0]["windows"] == 4
+    assert auto.adaptive.rounds[0]["windows"] == 4
     assert len(model.model.layers) == LAYERS - BUDGET
     with pytest.raises(SwappruneError, match="does not merge"):
         DepthPruningModifier(budget=BUDGET, protocol="auto", op="merge")

@@ -71,8 +71,8 @@ def test_apply_too_costly_names_a_prune_command(model_dir, tmp_path, monkeypatch
     assert main([*argv, "--no-progress"]) == 0
     capsys.readouterr()
     apply = ["apply", "--plan", "p/plan.json", "--model", model_dir, "--output", "a"]
-    lines = _follow(capsys, [*apply, "--cost-windows", "2", "--cost-threshold", "1e-9"], 2)
-    warning = next(c for c in lines if not c.startswith("swapprune eval"))
+    # one next line: the cut costs too much, so a cheaper selection, not the evaluation
+    (warning,) = _follow(capsys, [*apply, "--cost-windows", "2", "--cost-threshold", "1e-9"], 1)
     # The plan's criterion (interchange, the default, so not written) at half its budget.
     assert "--budget 1" in warning and "--output tiny-interchange-1" in warning
     assert "--cost-threshold 1e-09" in warning  # the settings of the run are carried
@@ -181,3 +181,27 @@ def test_a_command_line_rebuilds_its_configuration():
         "swapprune --model smollm2-135m --prompts 16 --budget 3 --protocol replacement "
         "--protect-first 1 --no-certify --output x --overwrite --cost-windows 4"
     )
+
+
+def test_a_cheaper_cut_is_data_the_cli_writes_as_a_command():
+    from types import SimpleNamespace
+
+    from swapprune.cli.next_steps import cheaper_cut as command
+    from swapprune.pipeline.stages import NextCut, cheaper_cut
+
+    def plan(n, protocol="interchange"):
+        return SimpleNamespace(budget=n, removed=list(range(n)), protocol=protocol)
+
+    def cfg(protocol="interchange", patch="none"):
+        prune = SelectConfig(budget=4, protocol=protocol, patch=patch)
+        return RunConfig(prune=prune, export=ExportConfig(output="o"), cost=CostConfig())
+
+    assert cheaper_cut(cfg(), plan(4)) == NextCut(2)  # half the budget, the run's criterion
+    assert cheaper_cut(cfg(), plan(1)) == NextCut(1, "auto")  # then the verified selection
+    assert cheaper_cut(cfg("auto"), plan(1, "auto")) == NextCut(1, None, "linear")
+    assert cheaper_cut(cfg("auto", "linear"), plan(1, "auto")) is None  # nothing left to try
+    applied = RunConfig(prune=SelectConfig(plan="p/plan.json"), export=ExportConfig(output="o"))
+    assert cheaper_cut(applied, plan(4, "bi")) == NextCut(2, "bi")  # selected again by its own
+    line = command(cfg("auto"), NextCut(1, None, "linear"))
+    assert line.startswith("swapprune ") and "--budget 1 --protocol auto" in line
+    assert "--patch linear" in line and "--output smollm2-135m-auto-1" in line

@@ -91,8 +91,8 @@ def test_no_output_says_a_bare_tie(tmp_path, capsys):
     from swapprune.cli.summary import print_eval_summary
     from swapprune.evaluation.cost import Cost
     from swapprune.evaluation.pairing import compare
-    from swapprune.select.auto import decision_lines
-    from swapprune.select.regime import regime, summary_line
+    from swapprune.records.policy import AutoRecord, summary_line
+    from swapprune.select.regime import regime
 
     res, md = _every_outcome_report(tmp_path)
     outputs = [md, json.dumps(res)]
@@ -113,8 +113,9 @@ def test_no_output_says_a_bare_tie(tmp_path, capsys):
     assert reg["call"] == "tie-like"
     from swapprune.select.auto import ACTIONS
 
-    decision = {"regime": reg, "action": ACTIONS["tie-like"], "agree": True,
-                "selections": {"interchange": [1], "replacement": [1]}}  # fmt: skip
-    outputs += [*decision_lines(decision), summary_line(reg)]
+    decision = AutoRecord(reg, ACTIONS["tie-like"], {"interchange": [1], "replacement": [1]},
+                          agree=True, stability={}, oracle_calls=0, windows=4, adaptive=None,
+                          chosen=[1])  # fmt: skip
+    outputs += [*decision.lines(), summary_line(reg)]
     found = [hit for text in outputs for hit in bare_ties(text)]
     assert not found, found

@@ -12,7 +12,7 @@ import torch
 from tiny_models import LAYERS, save_tiny, tiny_ids, tiny_model
 
 from swapprune.cli import main
-from swapprune.config import CalibrationConfig, SelectConfig
+from swapprune.config import SelectConfig
 from swapprune.edit.patch import Patch, apply_unfolded, fit_patches, solve, spans
 from swapprune.edit.surgery import apply_plan
 from swapprune.errors import SwappruneError
@@ -167,9 +167,9 @@ def test_apply_of_a_patched_plan_is_bitwise_the_original(patched_run):
 
 def test_bad_patch_input_is_one_line():
     with pytest.raises(SwappruneError, match="does not combine with --op merge"):
-        SelectConfig(budget=2, patch="linear", op="merge").check(CalibrationConfig())
+        SelectConfig(budget=2, patch="linear", op="merge").check()
     with pytest.raises(SwappruneError, match="unknown patch 'lin'"):
-        SelectConfig(budget=2, patch="lin").check(CalibrationConfig())
+        SelectConfig(budget=2, patch="lin").check()
     model = tiny_model("llama")
     with pytest.raises(
         SwappruneError, match="at least as many patch tokens as the hidden size"

@@ -252,7 +252,7 @@ def test_python_auto_selects_as_the_cli_does(tmp_path):
         progress=False,
     )
     assert plan.removed == cli["removed"]
-    auto, cli_auto = plan.scores["auto"], cli["scores"]["auto"]
-    assert auto["adaptive"]["rounds"] == cli_auto["adaptive"]["rounds"]
-    assert auto["adaptive"]["rounds"][0]["windows"] == 4  # tranches, as on the command line
-    assert auto["regime"] == cli_auto["regime"]
+    auto, cli_auto = plan.records.auto, cli["scores"]["auto"]
+    assert auto.adaptive.rounds == cli_auto["adaptive"]["rounds"]
+    assert auto.adaptive.rounds[0]["windows"] == 4  # tranches, as on the command line
+    assert auto.regime == cli_auto["regime"]

@@ -1,6 +1,6 @@
 """Every probe pinned to its definition, written out by hand.
 
-The expected plans are literal tuples (METHOD.md section 2), never built with
+The expected plans are literal tuples (docs/method.md section 2), never built with
 ``swapprune.engine.orders``; the expected KL values come from a plain forward of
 the model whose block list is rebuilt here from those literal plans. A probe
 that is swapped for another (interchange computed as a replacement, a flipped

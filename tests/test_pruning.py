@@ -218,7 +218,7 @@ def test_sleb_oneshot_and_sleb_kl_by_hand():
     )
     first = min(range(6), key=lambda b: naive_kl(model, [b]))
     second = min((b for b in range(6) if b != first), key=lambda b: naive_kl(model, [first, b]))
-    assert plan.scores["order"] == [first, second] and plan.strategy == "iterative"
+    assert plan.records.order.blocks == [first, second] and plan.strategy == "iterative"
     np.testing.assert_allclose(
         plan.scores["importance"][first], naive_kl(model, [first]), rtol=1e-4
     )

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from swapprune.engine.scores import SCHEMA, ScoreResult
+from swapprune.records.policy import summary_line
 from swapprune.select import regime as R
 from swapprune.stats.bootstrap import resample_indices
 
@@ -96,7 +97,7 @@ def test_score_json_keeps_its_keys_and_adds_confidence():
         assert key in reg
     assert reg["call"] == "divergent" and reg["confidence"] == 1.0
     assert "positions=all" in reg["note"]
-    assert R.summary_line(reg).startswith("regime divergent, confidence 100%")
+    assert summary_line(reg).startswith("regime divergent, confidence 100%")
 
 
 def test_smollm2_study_is_both_high():
@@ -133,7 +134,7 @@ def test_relative_band_divides_by_the_pair_s_cheaper_deletion_and_is_not_acted_o
     assert "not acted on" in rel["note"] and rel["thresholds"]["high"] == R.REL_HIGH
     # interchange half a deletion or more: both-high on the relative band too
     assert R.regime(table(4.0, 2.5), deletion=deletion)["relative"]["call"] == "both-high"
-    assert "relative to deletion: divergent" in R.summary_line(r)
+    assert "relative to deletion: divergent" in summary_line(r)
     # without deletion scores there is no relative band
     assert R.regime(pairs)["relative"] is None
 

@@ -55,3 +55,47 @@ def test_scores_a_selection_wrote_are_probed_again_without_them(model_dir, tmp_p
     # Tranche windows are a subset of a pool: no resume, the run without --scores instead.
     assert "probe them without --scores: swapprune --model" in line
     assert "--scores" not in line.split("without --scores: ", 1)[1].split("; or")[0]
+
+
+class _Scores:
+    """A scores file's reading: which probes it holds, and how it was measured."""
+
+    def __init__(self, protocols, calibration):
+        self._protocols = protocols
+        self.meta = {"calibration": calibration, "positions": "all"}
+
+    def protocols(self):
+        return list(self._protocols)
+
+
+def test_the_refusal_carries_its_fix_as_data_and_the_cli_writes_it():
+    from swapprune.cli import error_line
+    from swapprune.config import ExportConfig, ModelConfig, RunConfig, SelectConfig
+    from swapprune.errors import SwappruneError
+    from swapprune.model.facts import ModelFacts
+    from swapprune.pipeline.checks import selection_spec
+    from swapprune.select.reuse import check_reused
+
+    cfg = RunConfig(
+        model=ModelConfig("m"),
+        prune=SelectConfig(budget=1, protocol="replacement", scores="s.json"),
+        export=ExportConfig(output="out"),
+    )
+    spec = selection_spec(cfg.prune, cfg.calibration, ModelFacts("llama", 6, 256, 32))
+    scores = _Scores(["interchange"], {"source": "wikitext2-valid", "prompts": 4, "tokens": 32})
+    with pytest.raises(SwappruneError) as e:
+        check_reused(scores, spec, "s.json", cfg)
+    fix = e.value.fix
+    # The library says what is missing; the fix is a configuration, not a command line.
+    assert fix is not None and fix.command == "score" and fix.what == "add them to the file"
+    assert fix.config.score.probes == ["replacement"] and fix.config.score.output == "s.json"
+    assert (fix.config.calibration.prompts, fix.config.calibration.tokens) == (4, 32)
+    assert fix.config.prune is None and "swapprune" not in str(e.value)
+    assert str(e.value).endswith("(it holds interchange); or choose --protocol interchange")
+    line = error_line(e.value)
+    assert "; add them to the file: swapprune score --model m " in line
+    assert line.endswith("; or choose --protocol interchange")
+    # Without the run's configuration there is no fix to write.
+    with pytest.raises(SwappruneError) as bare:
+        check_reused(scores, spec, "given as scores=")
+    assert bare.value.fix is None and error_line(bare.value) == str(bare.value)

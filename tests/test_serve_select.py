@@ -24,6 +24,7 @@ from swapprune.errors import SwappruneError
 from swapprune.gguf.decision import GGUFOutput
 from swapprune.gguf.source import GGUFSource
 from swapprune.model.facts import ModelFacts
+from swapprune.pipeline.checks import check_selection
 from swapprune.plan import PrunePlan
 from swapprune.select.constraints import Constraints, cheapest, enforce, own_types, resolve
 from swapprune.select.core import select_fixed
@@ -128,9 +129,11 @@ def test_a_gguf_header_states_no_types_and_the_loaders_pattern_is_used():
 )
 def test_bad_serve_names_are_one_line(names, message):
     with pytest.raises(SwappruneError, match=message):
-        SelectConfig(budget=1, serve=names).check()
+        check_selection(SelectConfig(budget=1, serve=names), CalibrationConfig())
     with pytest.raises(SwappruneError, match="does not combine with --op merge"):
-        SelectConfig(budget=1, serve=["llama.cpp"], op="merge").check()
+        check_selection(
+            SelectConfig(budget=1, serve=["llama.cpp"], op="merge"), CalibrationConfig()
+        )
 
 
 # -- selection on a hand-written score table ---------------------------------------------------
@@ -153,10 +156,10 @@ def test_a_constrained_selection_is_in_phase_as_are_its_bootstrap_and_plausible_
     spec = build(select, CalibrationConfig(adaptive="off"), L, True, serve)
     plan, scores = select_fixed(None, spec, None, deletion_scores(imp))
     assert plan.removed == [8, 11]  # the cheapest x + 11 with x after the full layer 5
-    rec = plan.scores["serve"]
-    assert rec["strategy_choice"] == [1, 3] and not rec["strategy_in_phase"] and rec["replaced"]
-    assert rec["eligible_sets"] == 5 and rec["removal_sets"] == 66
-    assert "replaced by [8, 11]" in rec["summary"] and "overrides" in rec["summary"]
+    rec = plan.records.serve
+    assert rec.strategy_choice == [1, 3] and rec.replaced and not rec.to_dict()["strategy_in_phase"]
+    assert rec.eligible_sets == 5 and rec.removal_sets == 66
+    assert "replaced by [8, 11]" in rec.summary() and "overrides" in rec.summary()
     stab = selection_stability(scores, "deletion", "greedy", 2, spec.constraints, 200)
     assert stab.chosen == [8, 11] and all(serve.in_phase(s) for s in stab.counts)
     sets, _, _ = plausible(spec, plan, scores, extra=[(1, 3), (7, 11)])
@@ -164,7 +167,7 @@ def test_a_constrained_selection_is_in_phase_as_are_its_bootstrap_and_plausible_
 
     free = build(select, CalibrationConfig(adaptive="off"), L, True)
     unconstrained, _ = select_fixed(None, free, None, deletion_scores(imp))
-    assert unconstrained.removed == [1, 3] and "serve" not in unconstrained.scores
+    assert unconstrained.removed == [1, 3] and unconstrained.records.serve is None
 
 
 def test_an_infeasible_budget_is_refused_when_the_spec_is_built():

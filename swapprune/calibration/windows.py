@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from swapprune.calibration.defaults import SOURCE as DEFAULT_SOURCE
 from swapprune.calibration.tokens import encode
+from swapprune.defaults import CALIBRATION_SOURCE as DEFAULT_SOURCE
 from swapprune.errors import SwappruneError
 
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 
 from swapprune import __version__
+from swapprune.cli.argv import command_line
 from swapprune.cli.options import Formatter, Parser
 from swapprune.errors import SwappruneError, Terminated, did_you_mean
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _module(args.command).run(args) or 0
     except SwappruneError as e:
-        print(f"swapprune: error: {e}", file=sys.stderr)
+        print(f"swapprune: error: {error_line(e)}", file=sys.stderr)
         return 2
     except Terminated:
         print(
@@ -126,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+
+
+def error_line(e: SwappruneError) -> str:
+    """The error's one line, with the run that fixes it (if any) written as its command."""
+    if e.fix is None:
+        return str(e)
+    return e.line(command_line(e.fix.config, e.fix.command))
 
 
 def _terminate_cleanly():

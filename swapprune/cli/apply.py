@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
+    from swapprune.cli import next_steps, say_to_stderr
     from swapprune.cli.summary import print_prune_summary
     from swapprune.pipeline.sequence import run as run_pipeline
 
@@ -29,6 +29,8 @@ def run(args) -> int:
         export=section_from(args, ExportConfig, "export"),
         cost=cost_from(args),
     )
-    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)
+    res = run_pipeline(
+        cfg, say=say_to_stderr(args), progress=not args.no_progress, wording=next_steps.wording()
+    )
     print_prune_summary(res)
     return 0

@@ -23,15 +23,6 @@ from typing import Any
 
 from swapprune.config.fields import default_of
 
-#: ``--quick``: settings that give a first look at the demo model in a few minutes on
-#: 2 shared CPU cores (``section.field`` -> value; explicit flags win).
-QUICK = {
-    "calibration.prompts": 16,
-    "calibration.tokens": 64,
-    "score.bootstrap": 200,
-    "cost.windows": 4,
-    "calibration.tranche": 8,
-}
 #: Fields written on every command line that has them, default or not.
 ALWAYS = ("name", "budget", "output")
 

@@ -67,8 +67,11 @@ def run(args) -> int:
         select=section_from(args, SelectConfig, "prune"),
     )
     from swapprune.cli import say_to_stderr
+    from swapprune.cli.next_steps import compare_quick
 
-    res = run_compare(job, progress=not args.no_progress, say=say_to_stderr(args))
+    res = run_compare(
+        job, progress=not args.no_progress, say=say_to_stderr(args), quick=compare_quick(job)
+    )
     out = Path(job.compare.output)
     print((out / "results.md").read_text())
     t = res["timing"]

@@ -29,11 +29,13 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_eval_summary
+    from swapprune.pipeline.checks import check_config
     from swapprune.pipeline.sequence import run as run_pipeline
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"), eval=section_from(args, EvalConfig, "eval")
-    ).check()
+    )
+    check_config(cfg)  # before the baseline is evaluated
     say = say_to_stderr(args)
     baseline = None
     if args.baseline is not None:

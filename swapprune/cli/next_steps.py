@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swapprune.cli.argv import changed, command_line, default_output, prune_command
-from swapprune.config import EvalConfig, ModelConfig, RunConfig, SelectConfig
+from swapprune.config import QUICK, EvalConfig, ModelConfig, RunConfig, SelectConfig
 from swapprune.config.fields import default_of
+from swapprune.pipeline.record import Wording
+from swapprune.studies.compare import quick_job, quick_limit
+
+if TYPE_CHECKING:
+    from swapprune.pipeline.stages import NextCut
 
 #: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.
 EVAL_TASKS = ["wikitext2_ppl"]
@@ -51,25 +57,64 @@ def heldout_rerun(cfg: RunConfig, out: Path, windows: int) -> str:
 SOURCE_CRITERION = {"bi": "bi"}
 
 
-def better_cut(cfg: RunConfig, out, best: dict) -> str:
-    """The command that produces ``best``, the certificate's cheaper independent alternative.
+def better_cut(cfg: RunConfig, best: dict | None = None, patch: bool = False) -> str:
+    """The command most likely to give a cheaper cut at the same budget.
 
-    Block Influence's set: ``--protocol bi``; the other protocol's choice: that protocol;
-    a neighbour, the beam's or a landscape set: ``--protocol auto``, which may switch to
-    any set of its reference.
+    ``best``: the certificate's cheaper independent alternative, produced by its own
+    criterion (Block Influence's set: ``--protocol bi``; the other protocol's choice: that
+    protocol; a neighbour, the beam's or a landscape set: ``--protocol auto``, which may
+    switch to any set of its reference). Without one, ``--protocol auto``. ``patch``: the
+    cut cost more than the warning threshold, so a linear patch goes with it. When neither
+    changes anything (an ``auto`` cut already patched), half the budget.
     """
-    assert cfg.prune is not None
-    if best["source"] == "other protocol":
-        protocol = "replacement" if cfg.prune.protocol == "interchange" else "interchange"
-    else:
+    sel = cfg.prune
+    assert sel is not None and sel.budget is not None
+    if best is not None and best["source"] == "other protocol":
+        protocol = "replacement" if sel.protocol == "interchange" else "interchange"
+    elif best is not None:
         protocol = SOURCE_CRITERION.get(best["source"], "auto")
-    budget = cfg.prune.budget or len(best["set"])
-    run = changed(
-        cfg,
-        prune={"protocol": protocol, "strategy": None, "scores": None},
-        export={"output": default_output(cfg.model.name, protocol, budget), "overwrite": False},
-    )
-    return command_line(run)
+    else:
+        protocol = "auto"
+    linear = patch and sel.op == "remove" and sel.patch == "none"
+    extra = {"patch": "linear"} if linear else {}
+    if protocol == sel.protocol and not linear:
+        return prune_command(cfg, max(1, sel.budget // 2), None)
+    return prune_command(cfg, sel.budget, protocol, strategy=None, scores=None, **extra)
+
+
+def advice(res) -> str:
+    """The one ``next:`` of a prune summary: the command most likely to give a better cut.
+
+    The certificate's cheaper independent alternative, or a cut above the cost warning:
+    :func:`better_cut` (with a linear patch for the latter). An applied plan that costs too
+    much: a fresh selection at half its budget. A cut that is not certified for want of
+    evidence: the same cut on twice the held-out windows. Otherwise: evaluate it.
+    """
+    from swapprune.select.certificate import OWN
+
+    cfg, out, plan = res.config, res.output, res.plan
+    cert = plan.records.measured
+    warned = bool((res.metrics.get("cost") or {}).get("warning"))
+    best = cert.best if cert is not None and not cert.certified else None
+    if best is not None and (best["source"] in OWN or best["gain_points"] <= 0):
+        best = None
+    selecting = cfg.prune is not None and cfg.prune.plan is None
+    if selecting and (best is not None or warned):
+        return better_cut(cfg, best, patch=warned)
+    if warned:
+        from swapprune.pipeline.stages import cheaper_cut as next_cut
+
+        cut = next_cut(cfg, plan)
+        if cut is not None:
+            return cheaper_cut(cfg, cut)
+    if selecting and cert is not None and not cert.certified:
+        return heldout_rerun(cfg, out, 2 * cert.windows)
+    context = None
+    if res.model is not None:
+        from swapprune.model.arch import context_length
+
+        context = context_length(res.model.config)
+    return eval_pruned(cfg, out, context)
 
 
 def prune_from_scores(cfg: RunConfig, scores_path, scores) -> str:
@@ -111,6 +156,12 @@ def prune_after_compare(job, results: dict, scores_path) -> str:
     return prune_command(run, entry["budget"], sel.protocol, **extra)
 
 
+def compare_quick(job) -> str:
+    """A comparison's quick settings, as its flags (``compare`` has no ``--quick``)."""
+    c = quick_job(job).run.calibration
+    return f"--prompts {c.prompts} --tokens {c.tokens} --limit {quick_limit(job)}"
+
+
 def prune_after_validate(cfg: RunConfig, result: dict) -> str:
     """Prune with the criterion whose removability predicted the deletion cost best."""
     rows = {
@@ -141,18 +192,19 @@ def _base_of(model: str) -> str | None:
         return None
 
 
-def cheaper_cut(config: RunConfig, plan) -> str | None:
-    """The command to try when a cut costs too much: half the budget; at budget 1 the verified
-    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
-    from swapprune.select.spec import names
+def cheaper_cut(config: RunConfig, cut: NextCut) -> str:
+    """The command of a cheaper cut (:func:`swapprune.pipeline.stages.cheaper_cut`): the run's
+    own configuration at its budget, criterion and patch, into its own directory."""
+    extra = {"patch": cut.patch} if cut.patch is not None else {}
+    return prune_command(config, cut.budget, cut.protocol, **extra)
 
-    applied = config.prune is None or config.prune.plan is not None
-    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
-    budget = plan.budget or len(plan.removed)
-    if budget > 1:
-        return prune_command(config, budget // 2, protocol)
-    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
-        return prune_command(config, 1, "auto")
-    if config.prune is not None and config.prune.patch == "none":
-        return prune_command(config, 1, None, patch="linear")
-    return None
+
+def wording(quick: str = "--quick") -> Wording:
+    """How the command line names what a run suggests: ``quick``, how its quick settings are
+    asked for, and the command of a cheaper cut."""
+    return Wording(quick=quick)
+
+
+def recipe_quick(cfg: RunConfig) -> str:
+    """A recipe's quick settings, as its ``--set`` overrides (the sections it has)."""
+    return " ".join(f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0]))

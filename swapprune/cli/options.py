@@ -16,7 +16,8 @@ import types
 import typing
 from typing import Any
 
-from swapprune.cli.argv import QUICK, flag
+from swapprune.cli.argv import flag
+from swapprune.config import QUICK
 from swapprune.errors import SwappruneError
 
 

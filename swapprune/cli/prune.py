@@ -69,10 +69,15 @@ def config_from(args) -> RunConfig:
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
+    from swapprune.cli import next_steps, say_to_stderr
     from swapprune.cli.summary import print_prune_summary
     from swapprune.pipeline.sequence import run as run_pipeline
 
-    res = run_pipeline(config_from(args), say=say_to_stderr(args), progress=not args.no_progress)
+    res = run_pipeline(
+        config_from(args),
+        say=say_to_stderr(args),
+        progress=not args.no_progress,
+        wording=next_steps.wording(),
+    )
     print_prune_summary(res)
     return 0

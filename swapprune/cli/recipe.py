@@ -42,18 +42,25 @@ def run(args) -> int:
         raise SwappruneError("give a recipe file: swapprune run RECIPE.yaml (or --schema)")
     cfg = load_config(args.recipe, args.overrides)
     if args.dry_run:
-        from swapprune.pipeline.stages import read_facts
+        from swapprune.pipeline.checks import check_model, read_facts
 
         facts = read_facts(cfg)
         if facts is not None:
-            cfg.check_model(facts)
+            check_model(cfg, facts)
         print(cfg.to_yaml(), end="")
         print(f"# valid; {facts.num_layers if facts else 'unknown (config not readable)'} blocks")
         return 0
+    from swapprune.cli import next_steps
     from swapprune.cli.summary import print_run_summary
     from swapprune.pipeline.sequence import run as run_pipeline
 
     command = ["swapprune", "run", args.recipe, *sum((["--set", o] for o in args.overrides), [])]
-    res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress, command=command)
+    res = run_pipeline(
+        cfg,
+        say=say_to_stderr(args),
+        progress=not args.no_progress,
+        command=command,
+        wording=next_steps.wording(quick=next_steps.recipe_quick(cfg)),
+    )
     print_run_summary(res)
     return 0

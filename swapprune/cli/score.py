@@ -22,13 +22,15 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_score_summary
+    from swapprune.pipeline.checks import check_config
     from swapprune.pipeline.sequence import run as run_pipeline
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"),
         calibration=section_from(args, CalibrationConfig, "calibration"),
         score=section_from(args, ScoreConfig, "score"),
-    ).check()
+    )
+    check_config(cfg)  # before the output file is looked at
     assert cfg.score is not None and cfg.score.output is not None
     resumed = Path(cfg.score.output).is_file()
     res = run_pipeline(cfg, say=say_to_stderr(args), progress=not args.no_progress)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from swapprune.cli import next_steps
+from swapprune.records import CertificateSkipped
 
 
 def _q(path) -> str:
@@ -39,40 +40,31 @@ def print_prune_summary(res) -> None:
             f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
             f"{plan.strategy}; kept {len(plan.kept)}"
         )
-    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
-    if auto:
-        from swapprune.select.auto import decision_lines
-
-        for line in decision_lines(auto):
+    records = plan.records
+    if records.auto is not None:
+        for line in records.auto.lines():
             print(line)
     elif res.scores is not None and res.scores.pairs:
         regime = _regime_line(res.scores.to_dict()["summary"])
         if regime:
             print(regime)
-    adaptive = (auto or {}).get("adaptive") or plan.scores.get("adaptive")
-    if adaptive:
-        print(
-            f"adaptive calibration: {adaptive['windows']} windows, "
-            f"{len(adaptive['rounds'])} rounds, {adaptive['pair_windows']} pair-window probes; "
-            f"stopped: {adaptive['stopped']}"
-        )
-        if adaptive.get("stop_note"):
-            print(f"  note: {adaptive['stop_note']}")
-    cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
-    if cert and cert.get("summary"):
-        print(cert["summary"])
-        if not cert["certified"]:
-            print(certificate_fix(cert, res.config, res.output))
-    elif cert and cert.get("skipped"):
-        print(f"certificate: not measured ({cert['skipped']})")
-    stability = res.metrics.get("stability")
-    if stability:
-        print(stability["summary"])
-        if stability.get("warning") and not (cert and cert.get("certified")):
-            print(stability["warning"])
-    compute = plan.scores.get("compute") if isinstance(plan.scores, dict) else None
-    if compute:
-        print(compute_line(compute))
+    adaptive = records.tranches
+    if adaptive is not None:
+        print(adaptive.summary())
+        if adaptive.stop_note:
+            print(f"  note: {adaptive.stop_note}")
+    cert = records.certificate
+    if isinstance(cert, CertificateSkipped):
+        print(f"certificate: not measured ({cert.reason})")
+    elif cert is not None:
+        print(cert.summary())
+    if records.stability is not None:
+        print(records.stability.summary())
+        warning = records.stability_warning()
+        if warning:
+            print(warning)
+    if records.compute is not None:
+        print(records.compute.summary())
     cost = res.metrics.get("cost")
     if cost:
         print(cost["summary"])
@@ -96,12 +88,7 @@ def print_prune_summary(res) -> None:
     if estimate and "seconds" in estimate:
         print(time_line(res.metrics, estimate))
     print(f"checkpoint: {out}")
-    context = None
-    if res.model is not None:
-        from swapprune.model.arch import context_length
-
-        context = context_length(res.model.config)
-    print(f"next: {next_steps.eval_pruned(res.config, out, context)}")
+    print(f"next: {next_steps.advice(res)}")
 
 
 def print_score_summary(res, resumed: bool, top: int = 5) -> None:
@@ -189,28 +176,6 @@ def print_run_summary(res) -> None:
         print(f"run directory: {res.output}")
 
 
-def certificate_fix(cert: dict, config, out) -> str:
-    """What to run when a cut is not certified.
-
-    A cheaper independent alternative: the command that produces it. Otherwise the same
-    cut on twice the held-out windows (a looser ``--certify-delta`` accepts it).
-    """
-    best = cert.get("best_alternative")
-    if "regret" in cert.get("reasons", ["regret"]) and best and best["gain_points"] > 0:
-        if best["source"] not in ("chosen", "criterion"):
-            return (
-                f"not certified: {best['set']} costs {best['cost_points']:+.1f}% on held-out "
-                f"windows; next: {next_steps.better_cut(config, out, best)}"
-            )
-    n = cert["heldout"]["windows"]
-    return (
-        f"not certified: a set compared may be up to {cert['r95_points']:.2f} dPPL points "
-        f"better (tolerance {cert['delta_points']:.2f}); a looser --certify-delta accepts it, "
-        f"more held-out windows sharpen it; next: "
-        f"{next_steps.heldout_rerun(config, out, 2 * n)}"
-    )
-
-
 def time_line(metrics: dict, estimate: dict) -> str:
     """The time the run took, beside what was estimated before it started."""
     from swapprune.engine.estimate import duration
@@ -228,17 +193,3 @@ def time_line(metrics: dict, estimate: dict) -> str:
 
 #: The stages the estimate before a prune run covers.
 ESTIMATED = ("held-out windows", "select", "patch", "cost")
-
-
-def compute_line(compute: dict) -> str:
-    """Block evaluations of the selection, by kind (block-tokens in brackets)."""
-    parts = [
-        f"{k} {v['block_evals']} [{v['block_tokens']:,}]"
-        for k, v in compute.items()
-        if k != "total" and v["block_evals"]
-    ]
-    total = compute["total"]
-    return (
-        f"compute: {total['block_evals']} block evaluations [{total['block_tokens']:,} "
-        f"block-tokens]" + (f": {', '.join(parts)}" if parts else "")
-    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import field
-from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError, unknown_name
@@ -67,8 +66,3 @@ def positive(where: str, value: int | float | None, minimum: int | float = 1) ->
 def choice(where: str, value: str | None, choices) -> None:
     if value is not None and value not in choices:
         raise unknown_name(where, value, choices)
-
-
-def check_text_file(where: str, source: str | None) -> None:
-    if source and Path(source).suffix in (".txt", ".jsonl") and not Path(source).is_file():
-        raise SwappruneError(f"{where}: file {source} not found")

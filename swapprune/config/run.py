@@ -1,11 +1,9 @@
-"""A whole run: :class:`RunConfig`, one section per stage, validated once.
+"""A whole run: :class:`RunConfig`, one section per stage.
 
-:meth:`RunConfig.check` validates everything that needs no model (names,
-ranges, files, output paths); :meth:`RunConfig.check_model` everything that
-needs only the model's facts (budget vs depth, window length vs context, a budget
-that the ``--serve`` constraint can meet) and
-returns the frozen selection spec the run hands down. Both run before any
-weights load; neither imports torch or transformers.
+:meth:`RunConfig.check` reads the configuration alone: every section's types, ranges
+and choices, and how the sections combine. What needs more (the registries' names,
+files and output paths, the hub, optional packages, the model's facts) is checked in
+:mod:`swapprune.pipeline.checks`, once, before any weights load.
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from swapprune.config.fields import POINTS, opt
 from swapprune.config.sections import (
@@ -30,9 +26,15 @@ from swapprune.config.sections import (
 from swapprune.config.select import SelectConfig
 from swapprune.errors import SwappruneError
 
-if TYPE_CHECKING:
-    from swapprune.model.facts import ModelFacts
-    from swapprune.select.spec import SelectionSpec
+#: ``--quick``: settings that give a first look at the demo model in a few minutes on
+#: 2 shared CPU cores (``section.field`` -> value; explicit settings win on the command line).
+QUICK = {
+    "calibration.prompts": 16,
+    "calibration.tokens": 64,
+    "score.bootstrap": 200,
+    "cost.windows": 4,
+    "calibration.tranche": 8,
+}
 
 
 @dataclass
@@ -50,9 +52,7 @@ class RunConfig:
     export: ExportConfig | None = opt(None, "write the checkpoint / run directory")
 
     def check(self, study: bool = False) -> RunConfig:
-        """Validate every stage and their combination; loads no weights. Returns ``self``.
-
-        A run that may write ``model.gguf`` reads the source GGUF's metadata here.
+        """Check every stage on its own and how they combine; returns ``self``.
 
         Args:
             study: the configuration of a study (``compare``, ``validate``), which brings
@@ -60,13 +60,7 @@ class RunConfig:
         """
         for f in dataclasses.fields(self):
             stage = getattr(self, f.name)
-            if stage is None:
-                continue
-            if isinstance(stage, ExportConfig):
-                stage.check(protect=self._inputs())
-            elif isinstance(stage, SelectConfig):
-                stage.check(self.calibration)
-            else:
+            if stage is not None:
                 stage.check()
         if self.cost is not None and self.prune is None:
             raise SwappruneError("cost measures a cut: it needs a prune stage")
@@ -77,55 +71,12 @@ class RunConfig:
             for p in self.eval.at or ():
                 if p not in ran:
                     raise SwappruneError(f"eval.at names '{p}' but that stage does not run")
-        if self.export is not None:
-            from swapprune.gguf.decision import gguf_output
-
-            gguf_output(self)  # refuses --gguf on that cannot be met
         stages = (self.score, self.prune, self.heal, self.quantize, self.eval, self.export)
         if not study and not any(stages):
             raise SwappruneError(
                 "the run does nothing: add a score, prune, heal, quantize, eval or export stage"
             )
         return self
-
-    def _inputs(self) -> tuple[str, ...]:
-        """Local paths the run reads, which no output may replace."""
-        paths = [self.model.name]
-        if self.prune is not None:
-            paths += [p for p in (self.prune.scores, self.prune.plan) if p]
-        return tuple(p for p in paths if Path(p).expanduser().exists())
-
-    def check_model(self, facts: ModelFacts) -> SelectionSpec | None:
-        """Checks that need only the model's facts; returns the selection spec (if selecting)."""
-        spec = None
-        if self.prune is not None and self.prune.plan is None:
-            from swapprune.select.constraints import for_run
-            from swapprune.select.spec import build
-
-            serve = for_run(self, facts)  # --serve: build refuses a budget it cannot meet
-            spec = build(self.prune, self.calibration, facts.num_layers, bool(self.score), serve)
-        if self.score is not None and self.score.pairs:
-            from swapprune.engine.orders import parse_pairs
-
-            parse_pairs(self.score.pairs, facts.num_layers)
-        ctx = facts.context_length
-        if self.prune is not None and self.prune.plan is None and self.prune.certify:
-            from swapprune.config.select import heldout_tokens
-
-            heldout_tokens(self.prune, ctx)
-        if self.prune is not None and self.prune.plan is None and self.prune.patch != "none":
-            from swapprune.config.select import check_patch_windows
-
-            check_patch_windows(self.prune, facts)
-        if ctx is not None and self.calibration.tokens > ctx:
-            raise SwappruneError(
-                f"tokens {self.calibration.tokens} exceeds the model's context length {ctx}"
-            )
-        if ctx is not None and self.eval is not None and self.eval.max_length > ctx:
-            raise SwappruneError(
-                f"eval max_length {self.eval.max_length} exceeds the model's context length {ctx}"
-            )
-        return spec
 
     def points(self) -> list[str]:
         """Points of the run at which a model exists, in order."""
@@ -140,6 +91,17 @@ class RunConfig:
         import yaml
 
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def quick_of(cfg: RunConfig) -> RunConfig:
+    """``cfg`` at the :data:`QUICK` settings (sections it lacks stay absent)."""
+    out = cfg
+    for key, value in QUICK.items():
+        section, name = key.split(".")
+        sub = getattr(out, section)
+        if sub is not None and hasattr(sub, name):
+            out = dataclasses.replace(out, **{section: dataclasses.replace(sub, **{name: value})})
+    return out
 
 
 def stage_class(name: str) -> type:

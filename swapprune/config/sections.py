@@ -2,15 +2,17 @@
 
 Every field is declared once, with its default and help text (:func:`~swapprune.config.fields.opt`);
 the CLI flags, the recipe YAML and the Python API are views of these classes.
-Checks here need no model; checks against the model's config live in
-:meth:`swapprune.config.run.RunConfig.check_model`. Imports neither torch nor transformers.
+Each ``check`` reads the section alone (types, ranges, choices among fixed names);
+whatever needs a registry, the disk, the hub, an optional package or the model's facts
+is checked in :mod:`swapprune.pipeline.checks`. Imports nothing of the package outside
+:mod:`swapprune.config` but its constants and errors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swapprune.calibration import defaults
+from swapprune import defaults
 from swapprune.config.fields import (
     DEVICE,
     DTYPES,
@@ -18,15 +20,12 @@ from swapprune.config.fields import (
     POINTS,
     POSITIONS,
     SCHEMES,
-    check_text_file,
     choice,
     opt,
     positive,
 )
-from swapprune.engine.orders import PROBES
+from swapprune.defaults import CONTRACT_MAX_LENGTH, CONTRACT_WORDS, N_BOOT, PROBES
 from swapprune.errors import SwappruneError
-from swapprune.evaluation import contract
-from swapprune.stats import N_BOOT
 
 
 @dataclass
@@ -49,9 +48,6 @@ class ModelConfig:
             raise SwappruneError(
                 f"unknown device '{self.device}'; use cpu, cuda, cuda:N, mps or auto"
             )
-        from swapprune.model.load import check_resolvable
-
-        check_resolvable(self.name)
 
 
 @dataclass
@@ -63,11 +59,11 @@ class CalibrationConfig:
         "wikitext2-valid (default, vendored), a .txt file, a .jsonl prompt set or a datasets name",
     )
     prompts: int = opt(
-        defaults.PROMPTS,
+        defaults.CALIBRATION_PROMPTS,
         "calibration windows; probing in tranches (--adaptive): at most this many, in "
         "tranches of --tranche",
     )
-    tokens: int = opt(defaults.TOKENS, "tokens per window")
+    tokens: int = opt(defaults.CALIBRATION_TOKENS, "tokens per window")
     seed: int = opt(0, "window pick, bootstrap and random-criterion seed")
     positions: str = opt(
         "all",
@@ -92,23 +88,8 @@ class CalibrationConfig:
         choice("positions", self.positions, POSITIONS)
         positive("prompts", self.prompts)
         positive("tokens", self.tokens, 2)
-        if self.adaptive == "on":
-            self.adaptive_settings().check()
         positive("seed", self.seed, 0)
         positive("batch_size", self.batch_size)
-        check_text_file("calib", self.calib)
-
-    def adaptive_settings(self):
-        """The :class:`~swapprune.select.adaptive.AdaptiveSettings` of these fields."""
-        from swapprune.select.adaptive import AdaptiveSettings
-
-        # A pool smaller than a tranche is probed in one round.
-        return AdaptiveSettings(
-            target=self.target_frequency,
-            tranche=min(self.tranche, self.prompts),
-            max_windows=self.prompts,
-            seed=self.seed,
-        )
 
     def describe(self) -> str:
         return (
@@ -138,10 +119,6 @@ class ScoreConfig:
         positive("bootstrap", self.bootstrap)
         if not self.cache_gb > 0:
             raise SwappruneError(f"cache_gb must be > 0, got {self.cache_gb}")
-        if self.output is not None:
-            from swapprune.output.artifacts import check_output_file
-
-            check_output_file(self.output, "--output")
 
 
 @dataclass
@@ -194,7 +171,6 @@ class HealConfig:
             raise SwappruneError(f"heal.distill must be in [0, 1], got {self.distill}")
         if not self.lr > 0 or not self.alpha > 0:
             raise SwappruneError("heal.lr and heal.alpha must be > 0")
-        check_text_file("heal.calib", self.calib)
 
 
 @dataclass
@@ -213,11 +189,7 @@ class QuantizeConfig:
     selfcheck: bool = opt(True, "reload the saved model and compare logits before keeping it")
 
     def check(self) -> None:
-        import importlib.util
-
         choice("quantization scheme", self.scheme, SCHEMES)
-        if importlib.util.find_spec("optimum.quanto") is None:
-            raise SwappruneError("quantization needs optimum-quanto: pip install optimum-quanto")
 
 
 @dataclass
@@ -232,10 +204,10 @@ class EvalConfig:
     )
     limit: int | None = opt(None, "examples / perplexity windows per task (quick checks only)")
     words: int = opt(
-        contract.WORDS, f"words of WikiText-2 test for wikitext2_ppl (contract: {contract.WORDS})"
+        CONTRACT_WORDS, f"words of WikiText-2 test for wikitext2_ppl (contract: {CONTRACT_WORDS})"
     )
     max_length: int = opt(
-        contract.MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
+        CONTRACT_MAX_LENGTH, "context (perplexity window) in tokens; stride is half"
     )
     per_article: int = opt(
         1,
@@ -252,9 +224,6 @@ class EvalConfig:
     output: str | None = opt(None, "eval JSON to write", flag="--output")
 
     def check(self) -> None:
-        from swapprune.evaluation.names import resolve_tasks
-
-        self.tasks = resolve_tasks(self.tasks)
         for p in self.at or ():
             choice("eval.at entry", p, POINTS)
         positive("words", self.words)
@@ -263,10 +232,6 @@ class EvalConfig:
         positive("eval batch_size", self.batch_size)
         positive("limit", self.limit)
         positive("bootstrap", self.bootstrap)
-        if self.output is not None:
-            from swapprune.output.artifacts import check_output_file
-
-            check_output_file(self.output, "--output")
 
 
 @dataclass
@@ -312,9 +277,6 @@ class ExportConfig:
         metavar="{auto,on,off}",
     )
 
-    def check(self, protect: tuple[str, ...] = ()) -> None:
-        from swapprune.output.artifacts import check_output_dir
-
+    def check(self) -> None:
         choice("save_dtype", self.save_dtype, DTYPES)
         choice("--gguf setting", self.gguf, GGUF_MODES)
-        check_output_dir(self.output, self.overwrite, protect=protect)

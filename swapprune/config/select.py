@@ -2,21 +2,17 @@
 
 The CLI's selection flags, a recipe's ``prune:`` section, ``swapprune.prune``'s
 keyword arguments, ``compare``'s cells and the llm-compressor modifier's fields
-are all this dataclass; :func:`swapprune.select.spec.build` turns it (with the
-calibration settings and the model's depth) into the frozen spec selection runs on.
+are all this dataclass; :func:`swapprune.pipeline.checks.selection_spec` checks it
+against the registries and the model's facts and builds (with
+:func:`swapprune.select.spec.build`) the frozen spec selection runs on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from swapprune.config.fields import check_text_file, choice, opt, positive
+from swapprune.config.fields import choice, opt, positive
 from swapprune.errors import SwappruneError
-
-if TYPE_CHECKING:
-    from swapprune.config.sections import CalibrationConfig
 
 
 @dataclass
@@ -28,8 +24,9 @@ class SelectConfig:
     )
     protocol: str = opt(
         "interchange",
-        "selection criterion: interchange, replacement, bi, angular, sleb, ..., or the auto "
-        "policy (swapprune list)",
+        "the selection criterion: interchange, replacement, bi, angular, sleb, ..., or the "
+        "auto policy over them (swapprune list)",
+        metavar="CRITERION",
     )
     strategy: str | None = opt(
         None, "selection strategy (default: the criterion's own; swapprune list)"
@@ -107,20 +104,17 @@ class SelectConfig:
     )
     plan: str | None = opt(None, "apply this plan.json instead of selecting", cli=False)
 
-    def check(self, calibration: CalibrationConfig | None = None) -> None:
-        """Names, ranges and files; the budget against the depth waits for the model's facts."""
+    def check(self) -> None:
+        """Ranges and choices among fixed names.
+
+        The names that registries hold (criterion, strategy, merge rule, runtimes), the
+        files and the budget against the depth are checked in
+        :mod:`swapprune.pipeline.checks`.
+        """
         if self.plan is not None:
-            if not Path(self.plan).is_file():
-                raise SwappruneError(f"plan file {self.plan} not found")
             return
         if self.budget is None:
             raise SwappruneError("a budget is required: --budget N (blocks to remove or merge)")
-        from swapprune.config.sections import CalibrationConfig
-        from swapprune.select.spec import resolve
-
-        resolve(self, calibration or CalibrationConfig())
-        if self.scores is not None and not Path(self.scores).is_file():
-            raise SwappruneError(f"scores file {self.scores} not found")
         positive("max_oracle_calls", self.max_oracle_calls)
         positive("beam_seeds", self.beam_seeds)
         positive("certify_sets", self.certify_sets)
@@ -147,16 +141,8 @@ class SelectConfig:
             positive("patch_tokens", self.patch_tokens, 2)
             if not self.patch_ridge > 0:
                 raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
-        from swapprune.select.constraints import NONE, check_names
-
-        check_names(self.serve)
-        if self.op == "merge" and self.serve not in (None, [NONE]):
-            raise SwappruneError(
-                "--serve keeps a removal in phase; it does not combine with --op merge"
-            )
         positive("heldout_prompts", self.heldout_prompts, 4)  # half choose, half measure
         positive("heldout_tokens", self.heldout_tokens, 2)
-        check_text_file("heldout_calib", self.heldout_calib)
         if not 0 < self.stability_threshold <= 1:
             raise SwappruneError(
                 f"stability_threshold must be in (0, 1], got {self.stability_threshold}"
@@ -169,39 +155,3 @@ AUTO_SHORTLISTS = ("swap", "bi", "random")
 PATCHES = ("none", "linear")
 #: Tokens per held-out window unless the model's context is shorter.
 HELDOUT_TOKENS = 512
-
-
-def heldout_tokens(select: SelectConfig, context: int | None) -> int:
-    """Tokens per held-out window: as set, else 512 capped at the model's context."""
-    if select.heldout_tokens is not None:
-        if context is not None and select.heldout_tokens > context:
-            raise SwappruneError(
-                f"heldout_tokens {select.heldout_tokens} exceeds the model's context length "
-                f"{context}"
-            )
-        return select.heldout_tokens
-    return HELDOUT_TOKENS if context is None else min(HELDOUT_TOKENS, context)
-
-
-def check_patch_windows(select: SelectConfig, facts) -> None:
-    """A full linear patch needs at least as many patch tokens as the residual width."""
-    from swapprune.model.arch import ARCHITECTURES
-
-    spec = ARCHITECTURES.get(facts.model_type)
-    if spec is not None and spec.mlp_out is None:
-        raise SwappruneError(
-            f"model_type '{facts.model_type}' has no single module that ends its MLP branch "
-            "(a mixture of experts): a linear patch cannot be folded; use --patch none"
-        )
-    full = spec is None or spec.mlp_out_kind in ("linear", "conv1d")
-    tokens = select.patch_prompts * (
-        select.patch_tokens
-        if facts.context_length is None
-        else min(select.patch_tokens, facts.context_length)
-    )
-    if full and facts.hidden_size and tokens < facts.hidden_size:
-        raise SwappruneError(
-            f"a linear patch needs at least as many patch tokens as the hidden size "
-            f"({facts.hidden_size}); {select.patch_prompts} x {select.patch_tokens} windows hold "
-            f"{tokens}: raise --patch-prompts or --patch-tokens"
-        )

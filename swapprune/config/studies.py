@@ -2,19 +2,20 @@
 
 Each study is a :class:`~swapprune.config.run.RunConfig` (model, calibration,
 probes, evaluation) plus one of these sections; both go through the run's own
-stage functions.
+stage functions. Each ``check`` reads the section alone; the criteria's names, the
+files and the output directory are checked in :mod:`swapprune.pipeline.checks`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
+from swapprune.config.cells import cell_select
 from swapprune.config.fields import choice, opt, positive
+from swapprune.config.select import SelectConfig
+from swapprune.defaults import N_BOOT
 from swapprune.errors import SwappruneError
-from swapprune.stats import N_BOOT
 
 #: Units of ``CompareConfig.margin`` (see :class:`swapprune.stats.verdicts.Margin`).
 MARGIN_UNITS = ("points", "metric")
@@ -81,9 +82,6 @@ class CompareConfig:
     )
 
     def check(self) -> None:
-        from swapprune.config.select import SelectConfig
-        from swapprune.output.artifacts import check_name, check_output_dir, written_by_swapprune
-
         if not self.budgets or min(self.budgets) < 1:
             raise SwappruneError("budgets must be positive integers, e.g. 1,3,5")
         if not self.criteria:
@@ -93,26 +91,10 @@ class CompareConfig:
         choice("margin_unit", self.margin_unit, MARGIN_UNITS)
         if not (math.isfinite(self.margin) and self.margin > 0):
             raise SwappruneError(f"the equivalence margin must be > 0, got {self.margin}")
-        from swapprune.config.cells import cell_select
-
         for c in self.criteria:
             cell_select(c, self.strategy).check()
         for kind in self.patches:
             SelectConfig(budget=1, patch=kind).check()
-        if self.scores is not None and not Path(self.scores).is_file():
-            raise SwappruneError(f"scores file {self.scores} not found")
-        out = Path(self.output)
-        check_name(out)
-        if out.is_dir() and any(out.iterdir()):
-            # An earlier comparison is resumed (its cache is reused); anything else is refused.
-            if not ((out / "cache").is_dir() or written_by_swapprune(out)):
-                raise SwappruneError(
-                    f"output directory {out} is not empty and holds no comparison; choose another"
-                )
-            if not os.access(out, os.W_OK | os.X_OK):
-                raise SwappruneError(f"output directory {out} is not writable")
-        else:
-            check_output_dir(self.output)
 
 
 @dataclass(kw_only=True)
@@ -132,14 +114,6 @@ class ValidateConfig:
     output: str = opt(help="directory for validity.json/.md/.png", flag="--output")
 
     def check(self) -> None:
-        from swapprune.output.artifacts import check_output_dir
-        from swapprune.select import criteria
-
         positive("bootstrap", self.bootstrap)
         if not self.criteria:
             raise SwappruneError("give at least one criterion to validate")
-        for name in self.criteria:
-            criteria.get(name)
-        if self.target not in ("wikitext2-test", "calibration") and not Path(self.target).is_file():
-            raise SwappruneError(f"--target file {self.target} not found")
-        check_output_dir(self.output)

@@ -5,7 +5,7 @@ optionally mixed with a KL-distillation loss against the unpruned model),
 merges them into the weights (``merge_and_unload``) and returns the model with
 a :class:`HealReport`. peft is imported here only, when healing runs.
 
-METHOD.md section 3: LoRA rank 16 for 200 steps recovered 48-60% of the
+docs/method.md section 15: LoRA rank 16 for 200 steps recovered 48-60% of the
 pruning-specific perplexity increase on Qwen3-8B; those are the defaults.
 """
 

@@ -1,6 +1,6 @@
 """The probes as layer plans, and the pair sets they run on (pure logic).
 
-Every probe is a different plan over the same modules (METHOD.md section 1):
+Every probe is a different plan over the same modules (docs/method.md section 1):
 
 =================  ==============================  ====================
 protocol           plan (L=5, i=1, j=3)            distance
@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import re
 
+from swapprune.defaults import LAYER_PROBES, PAIR_PROBES, PROBES
 from swapprune.errors import SwappruneError, unknown_name
 
-PAIR_PROBES = ("replacement", "interchange")
-LAYER_PROBES = ("deletion",)
-PROBES = PAIR_PROBES + LAYER_PROBES
+__all__ = ["LAYER_PROBES", "PAIR_PROBES", "PROBES"]
 
 Plan = tuple[int, ...]
 

@@ -271,14 +271,14 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    from swapprune.calibration import defaults
+    from swapprune import defaults
     from swapprune.model.arch import context_length
 
     return load_calibration(
         tokenizer,
         calib,
-        prompts or defaults.PROMPTS,
-        tokens or defaults.TOKENS,
+        prompts or defaults.CALIBRATION_PROMPTS,
+        tokens or defaults.CALIBRATION_TOKENS,
         seed,
         context_length(model.config),
     )

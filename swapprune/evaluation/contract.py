@@ -7,12 +7,14 @@ windows (Garcia 2026, section 4). Every other module reads these constants.
 
 from __future__ import annotations
 
+from swapprune import defaults
+
 #: The task that runs the contract (:mod:`swapprune.evaluation.perplexity`).
 TASK = "swapprune_wikitext2_ppl"
 #: Words of WikiText-2 test scored.
-WORDS = 5000
+WORDS = defaults.CONTRACT_WORDS
 #: Window (context) length in tokens.
-MAX_LENGTH = 512
+MAX_LENGTH = defaults.CONTRACT_MAX_LENGTH
 #: Vendored text of the test split (``swapprune/data``).
 TEXT_FILE = "wiki.test.raw"
 

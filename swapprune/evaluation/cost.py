@@ -126,10 +126,8 @@ def next_step(budget: int | None, protocol: str | None = None) -> str:
         if budget and budget > 1
         else "a smaller budget"
     )
-    auto = (
-        "" if protocol == "auto" else "--protocol auto (verifies candidates on the pruned model), "
-    )
-    return f"{smaller}, {auto}or swapprune run with a healing stage"
+    auto = "" if protocol == "auto" else "--protocol auto (the cheapest cut it can verify), "
+    return f"{smaller}, {auto}or --patch linear (a map fitted over each removed span)"
 
 
 def pruning_cost(
@@ -145,7 +143,6 @@ def pruning_cost(
     n_boot: int = bootstrap.N_BOOT,
     threshold: float = THRESHOLD,
     text: str | None = None,
-    then: str | None = None,
     generative: bool = True,
     reference=None,
 ) -> Cost:
@@ -163,7 +160,6 @@ def pruning_cost(
         n_boot: bootstrap resamples.
         threshold: dPPL above which the record warns.
         text: override of the evaluation text (tests).
-        then: the command the warning names as the next step (default: in words).
         generative: also measure greedy-continuation agreement with ``model``.
         reference: :func:`~swapprune.evaluation.generative.reference_continuations` of
             ``model`` to reuse (computed here when needed and not given).
@@ -249,7 +245,7 @@ def pruning_cost(
         cost.warning = (
             f"warning: this cut raises perplexity by {dppl:+.0%} "
             f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-            f"next: {then or next_step(budget, protocol)}"
+            f"try {next_step(budget, protocol)}"
         )
     return cost
 

@@ -209,8 +209,9 @@ class GenerativeCost:
         a, f = self.agreement, self.first_divergence
         return (
             f"generation: greedy agreement with the base {a.estimate:.0%} [{a.low:.0%}, {a.high:.0%}], "
-            f"first divergence at token {f.estimate:.1f} [{f.low:.1f}, {f.high:.1f}] of "
-            f"{self.new_tokens} ({self.unchanged}/{self.n_prompts} prompts unchanged)"
+            f"the continuations stay identical for {f.estimate:.1f} [{f.low:.1f}, {f.high:.1f}] "
+            f"of {self.new_tokens} tokens on average ({self.unchanged}/{self.n_prompts} prompts "
+            "unchanged)"
         )
 
     def to_dict(self) -> dict:

@@ -57,6 +57,7 @@ from swapprune.integrations.oneshot_data import (
     windows_line,
 )
 from swapprune.integrations.saved_config import changed_keys, keep_config_on_save
+from swapprune.pipeline.checks import check_selection, selection_spec
 
 __all__ = ["DepthPruningModifier", "windows_from_dataloader", "calibration_dataloader"]
 
@@ -143,9 +144,7 @@ class _DepthPruning(Modifier):
     def _check_names(self):
         # Every name and setting is checked now, at the edge, before oneshot loads data.
         select, calibration = self.configs()
-        if select.plan is None:
-            calibration.check()
-        select.check(calibration)
+        check_selection(select, calibration)
         return self
 
     def configs(self, prompts: int | None = None, tokens: int | None = None):
@@ -184,14 +183,15 @@ class _DepthPruning(Modifier):
     def on_initialize(self, state: State, **kwargs) -> bool:
         from swapprune.api import cut
         from swapprune.edit.surgery import apply_plan
+        from swapprune.model.facts import ModelFacts
         from swapprune.model.stack import decoder_stack
-        from swapprune.select.spec import build
 
         model = state.model
         _refuse_prepared_model(model)
         select, cal = self.configs()
         # Budget against the block count, before the first forward pass.
-        spec = build(select, cal, decoder_stack(model).num_layers)
+        facts = ModelFacts.from_config(model.config).with_layers(decoder_stack(model).num_layers)
+        spec = selection_spec(select, cal, facts)
         calibration = None
         if spec.needs_windows:
             with _timed(self._timings, "calibration"):

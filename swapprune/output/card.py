@@ -2,9 +2,10 @@
 
 It reads as prose: what the model is and where it came from, which blocks were
 removed and why those (including why a block the criterion ranked as more
-removable was kept), then what the run measured (``extra``: the cost, the
-certificate, the stability, ``auto``'s decision). The exact plan, the per-block
-scores and the files are in a collapsed ``<details>`` section at the end.
+removable was kept), then what the run measured (``extra``, from
+:func:`card_lines`: the cost, the certificate, the stability, ``auto``'s
+decision). The exact plan, the per-block scores and the files are in a
+collapsed ``<details>`` section at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 from swapprune.plan import PrunePlan, source_id
+from swapprune.records import KEYS as RECORD_KEYS
 
 CARD_TAGS = ("swapprune", "pruned", "layer-pruning")
 
@@ -75,6 +77,36 @@ def model_card(plan: PrunePlan, base_model_id: Any, extra: list[str] | None = No
     return "\n".join(front + body)
 
 
+def card_lines(metrics: dict, plan: PrunePlan) -> list[str]:
+    """The card's account of what the run measured: what the cut cost (``metrics["cost"]``),
+    whether it can be trusted, how stable the selection is, what ``auto`` decided."""
+    out: list[str] = []
+    cost = metrics.get("cost")
+    if cost:
+        # The summary's first line is the perplexity; further lines (generation) follow it.
+        first, *more = cost["summary"].removeprefix("cost: ").splitlines()
+        text = (
+            f"What the cut cost: {first}, with a 95% paired bootstrap CI over windows of the "
+            "matched WikiText-2 contract."
+        )
+        text += "".join(f" {line[:1].upper()}{line[1:]}." for line in more if line.strip())
+        out += [text + (f" **{cost['warning']}**" if cost.get("warning") else ""), ""]
+    records = plan.records
+    cert = records.measured
+    if cert is not None:
+        text = cert.paragraph()
+        out += [text, ""]
+    stab = records.stability
+    if stab is not None:
+        said = stab.summary().removeprefix("stability: ")
+        text = f"How stable is the choice? {said[:1].upper()}{said[1:]}."
+        warning = records.stability_warning()
+        out += [text + (f" **{warning}**" if warning else ""), ""]
+    if records.auto is not None:
+        out += ["What `--protocol auto` decided: " + "; ".join(records.auto.lines()) + ".", ""]
+    return out
+
+
 def _derived(origin: str, hub: str | None) -> str:
     return "" if not hub or hub in origin else f", derived from {hub}"
 
@@ -112,7 +144,7 @@ def _why(plan: PrunePlan) -> list[str]:
         f"The blocks were chosen by the `{plan.protocol}` criterion with the "
         f"`{plan.strategy}` strategy at a budget of {plan.budget}."
     )
-    imp = plan.scores.get("importance") if isinstance(plan.scores, dict) else None
+    imp = plan.scores.get("importance")
     if isinstance(imp, list) and len(imp) == plan.num_layers and plan.removed:
         text += " " + _kept_lower(plan, imp)
     return [text, ""]
@@ -129,8 +161,8 @@ def _kept_lower(plan: PrunePlan, imp: list) -> str:
     ]
     if not lower:
         return "They are the least important blocks the criterion found (lower = more removable)."
-    cert = plan.scores.get("certificate") or {}
-    if cert.get("switched"):
+    cert = plan.records.measured
+    if cert is not None and cert.switched:
         return (
             f"{_blocks(lower, 'rank')} as more removable than a removed block, but on held-out "
             "windows the set removed here was clearly better than the criterion's own choice."
@@ -175,11 +207,15 @@ def _plan_list(plan: PrunePlan) -> list[str]:
 
 
 def _scores_section(plan: PrunePlan) -> list[str]:
-    """A per-layer table for score lists/dicts covering the layers, the rest as JSON."""
+    """A per-layer table for score lists/dicts covering the layers, the rest (the records
+    among them) as JSON, in ``plan.json``'s order."""
     n = plan.num_layers
     columns: dict[str, list[Any]] = {}
     rest: dict[str, Any] = {}
-    for key, value in plan.scores.items():
+    for key, value in plan.to_dict()["scores"].items():
+        if key in RECORD_KEYS:
+            rest[key] = value
+            continue
         if isinstance(value, dict) and isinstance(value.get("values"), list):
             value = value["values"]  # the tie-break's per-block key (its rule is in plan.json)
         per_layer = _per_layer(value, n)

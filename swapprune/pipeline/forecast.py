@@ -16,10 +16,12 @@ counted.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from swapprune.config import quick_of
 from swapprune.engine.estimate import Rates, Work, duration, pass_work, probe_work, set_work
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ class Forecast:
     """The work of a run, split into what it surely does and what it may do after.
 
     Attributes:
-        plan: one phrase: what the run will do.
+        headline: one phrase: what the run will do.
         parts: work the run does (for tranches: through the first look).
         later: work it may do after that (further looks, ``auto``'s beam), at most.
         notes: work that is not counted, in words.
@@ -54,7 +56,7 @@ class Forecast:
         quick_flag: how the quick path is asked for on this command.
     """
 
-    plan: str
+    headline: str
     parts: list[Part] = field(default_factory=list)
     later: list[Part] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -86,7 +88,7 @@ class Forecast:
             n = f"{'at most ' if p.bound else ''}{p.work.block_evals}"
             n += " block evaluations" if k == 0 else ""
             pieces.append(f"{p.what} {n}" + (f" (~{duration(r.seconds(p.work))})" if r else ""))
-        out = [f"[estimate] {self.plan}"]
+        out = [f"[estimate] {self.headline}"]
         if r is None:
             out.append(f"[estimate] {', '.join(pieces)}")
         else:
@@ -124,7 +126,7 @@ def _pairs(num_layers: int) -> list[tuple[int, int]]:
 def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     """The selection of ``cfg.prune`` (probes or tranches, tie-break, certificate), then the
     patch fit and the cost check."""
-    from swapprune.config.select import heldout_tokens
+    from swapprune.pipeline.checks import heldout_tokens
 
     p, c = cfg.prune, cfg.calibration
     assert p is not None
@@ -193,13 +195,13 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         parts.append(Part("patch fit", fit + pass_work(L - n, p.patch_prompts, tp, bs, head=False)))
         what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
     if cfg.cost is not None:
-        part = cost_part(cfg, facts, n)
+        part = cost_check_part(cfg, facts, n)
         parts.append(part)
         what += f"; then the {part.what}"
     return Forecast(what, parts, later, notes, windows=f"{c.prompts} x {c.tokens} windows")
 
 
-def cost_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
+def cost_check_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
     """Base and pruned perplexity on the first windows of the matched contract."""
     assert cfg.cost is not None
     w = windows or cfg.cost.windows or 25  # 0: the whole contract, ~25 windows of SmolLM2's
@@ -231,26 +233,31 @@ def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
     return Forecast(what, [Part("probes", work)], windows=f"{c.prompts} x {c.tokens} windows")
 
 
-def quick_of(cfg: RunConfig) -> RunConfig:
-    """``cfg`` at the ``--quick`` settings (:data:`swapprune.config.QUICK`)."""
-    from swapprune.cli.argv import QUICK
+def scored_pairs(path: str | None, probes) -> set:
+    """Pairs an existing scores file already holds every probe of (a resumed run skips them)."""
+    want = [p for p in probes if p != "deletion"]
+    try:
+        rows = json.loads(Path(path).read_text()).get("pairs", []) if path else []
+        return {(r["i"], r["j"]) for r in rows if all(p in r for p in want)}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()
 
-    out = cfg
-    for key, value in QUICK.items():
-        section, name = key.split(".")
-        sub = getattr(out, section)
-        if sub is not None and hasattr(sub, name):
-            out = dataclasses.replace(out, **{section: dataclasses.replace(sub, **{name: value})})
-    return out
+
+def of_scoring(cfg: RunConfig, facts) -> tuple[Forecast, Forecast]:
+    """``cfg.score``'s forecast (pairs its output file holds already skipped), and its quick one."""
+    assert cfg.score is not None
+    done = scored_pairs(cfg.score.output, cfg.score.probes)
+    return scoring(cfg, facts, done), scoring(quick_of(cfg), facts)
 
 
 def quick_selection(cfg: RunConfig, facts, scores_given: bool) -> Forecast | None:
     """:func:`selection` at the ``--quick`` settings, or ``None`` when those do not apply."""
     from swapprune.errors import SwappruneError
+    from swapprune.pipeline.checks import check_model
 
     quick = quick_of(cfg)
     try:
-        return selection(quick, facts, quick.check_model(facts), scores_given)
+        return selection(quick, facts, check_model(quick, facts), scores_given)
     except SwappruneError:
         return None
 
@@ -298,7 +305,7 @@ def announce(forecast: Forecast, model, calibration, batch_size: int, say, quick
 
 def record(forecast: Forecast) -> dict:
     """The forecast as ``metrics.json`` keeps it, to set beside the time taken."""
-    out: dict = {"plan": forecast.plan, "block_evals": forecast.work.block_evals}
+    out: dict = {"plan": forecast.headline, "block_evals": forecast.work.block_evals}
     if forecast.rates is not None:
         out["seconds"] = round(forecast.seconds(), 1)
         if forecast.later:

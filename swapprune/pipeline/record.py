@@ -1,15 +1,72 @@
-"""What a run records: timings, costs at each point, the output files and the card lines."""
+"""How a sequence runs its steps, and what a run records.
+
+:class:`Steps` runs each step of a sequence and says what the work will take before
+it starts (the forecast, :mod:`swapprune.pipeline.forecast`); :class:`RunBook`, the
+run's, also times each step, says a line for it and records timings, costs at each
+point, and the output files. :class:`Wording` is how the front end
+that started the sequence names what it suggests.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swapprune.config import RunConfig
+from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.stages import evaluate
 
+if TYPE_CHECKING:
+    pass
+
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How the front end that started a sequence names the steps it suggests.
+
+    Attributes:
+        quick: how the quick settings (:data:`swapprune.config.QUICK`) are asked for:
+            ``--quick`` on the command line, ``--set ...`` for a recipe, keyword
+            arguments in Python.
+    """
+
+    quick: str = "--quick"
+
+
+class Steps:
+    """Runs the steps of a sequence as they are, and says their forecast to ``say``.
+
+    Without ``say`` nothing is said and no forecast is made. ``metrics`` collects what
+    the steps record (kept in ``metrics.json`` by :class:`RunBook`, dropped here).
+    """
+
+    def __init__(self, say: Say | None = None, wording: Wording | None = None):
+        self.announces = say is not None
+        self.say: Say = say or (lambda _: None)
+        self.wording = wording or Wording()
+        self.metrics: dict = {}
+        self.rates = None  # the timing of the first forecast, shared by the next
+
+    def stage(self, name: str, fn, *args, **kwargs):
+        """Run one step: ``fn(*args, **kwargs)``."""
+        return fn(*args, **kwargs)
+
+    def forecast(
+        self, kind: str, forecast: fc.Forecast, quick, model, calibration, batch_size: int
+    ) -> None:
+        """Say what the ``kind`` part of the sequence will do and how long it takes, timed
+        here on ``calibration`` unless the work is small (or a forecast was timed before);
+        ``quick``: the same at the quick settings, named when the work is long on a CPU."""
+        forecast.quick_flag = self.wording.quick
+        self.rates = fc.announce(
+            forecast, model, calibration, batch_size, self.say, quick, self.rates
+        )
+        self.metrics.setdefault("estimate", {})[kind] = fc.record(forecast)
 
 
 def recovery(costs: dict) -> dict:
@@ -31,14 +88,14 @@ def recovery(costs: dict) -> dict:
     return out
 
 
-class RunBook:
+class RunBook(Steps):
     """Timings, metrics, evaluations at each point, and the files of the output directory."""
 
-    def __init__(self, config: RunConfig, say: Say, command: list[str]):
-        self.config, self.say, self.command = config, say, command
-        self.metrics: dict = {"costs": {}, "eval": {}, "wall_s": {}}
+    def __init__(self, config: RunConfig, say: Say, command: list[str], wording: Wording):
+        super().__init__(say, wording)
+        self.config, self.command = config, command
+        self.metrics = {"costs": {}, "eval": {}, "wall_s": {}}
         self.results: dict = {}
-        self.rates = None  # the timing of the first forecast, shared by the next
         self.start = time.perf_counter()
 
     def stage(self, name: str, fn, *args, **kwargs):
@@ -49,29 +106,6 @@ class RunBook:
         self.metrics["wall_s"][name] = round(dt, 2)
         self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
         return out
-
-    def forecast(self, kind: str, loaded, calibration, scores_given: bool = False) -> None:
-        """Say what the ``score`` or ``prune`` part of the run will do, and how long it takes."""
-        from swapprune.pipeline import forecast as fc
-
-        cfg = self.config
-        quick: fc.Forecast | None
-        if kind == "score":
-            done = _scored_pairs(cfg.score.output, cfg.score.probes) if cfg.score else set()
-            plan = fc.scoring(cfg, loaded.facts, done)
-            quick = fc.scoring(fc.quick_of(cfg), loaded.facts)
-        else:
-            plan = fc.selection(cfg, loaded.facts, loaded.selection, scores_given)
-            quick = fc.quick_selection(cfg, loaded.facts, scores_given)
-        if self.command[1:2] == ["run"]:  # a recipe: the quick settings as its overrides
-            from swapprune.cli.argv import QUICK
-
-            sets = [f"--set {k}={v}" for k, v in QUICK.items() if getattr(cfg, k.split(".")[0])]
-            plan.quick_flag = " ".join(sets)
-        self.rates = fc.announce(
-            plan, loaded.model, calibration, cfg.calibration.batch_size, self.say, quick, self.rates
-        )
-        self.metrics.setdefault("estimate", {})[kind] = fc.record(plan)
 
     def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
         """Costs at ``point``: held-out heal windows (if healing) and the eval tasks (if asked)."""
@@ -112,6 +146,7 @@ class RunBook:
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
         from swapprune.gguf.save import save_gguf, writes_gguf
         from swapprune.model.load import resolve_dtype
+        from swapprune.output.card import card_lines
         from swapprune.output.checkpoint import write_checkpoint
         from swapprune.serving.report import ServingReport
 
@@ -131,10 +166,8 @@ class RunBook:
         if gguf is not None:
             self.metrics["gguf"] = gguf
         record = {k: self.metrics[k] for k in ("cost", "stability", "gguf") if k in self.metrics}
-        for key in ("certificate", "compute"):
-            if key in plan.scores:
-                record[key] = plan.scores[key]
-        serving = ServingReport(model.config, plan, gguf, plan.scores.get("serve"))
+        record |= plan.records.to_dict("certificate", "compute")
+        serving = ServingReport(model.config, plan, gguf)
         self.metrics["selfcheck"] = write_checkpoint(
             model,
             tok,
@@ -187,63 +220,6 @@ class RunBook:
         for point, res in self.results.items():
             (directory / "eval").mkdir(exist_ok=True)
             write_text_atomic(directory / "eval" / f"{point}.json", res.to_json(indent=1))
-
-
-def card_lines(metrics: dict, plan) -> list[str]:
-    """Model card paragraphs: what the cut cost, whether it can be trusted, how stable the
-    selection is, what ``auto`` decided."""
-    out: list[str] = []
-    cost = metrics.get("cost")
-    if cost:
-        # The summary's first line is the perplexity; further lines (generation) follow it.
-        first, *more = cost["summary"].removeprefix("cost: ").splitlines()
-        text = (
-            f"What the cut cost: {first}, with a 95% paired bootstrap CI over windows of the "
-            "matched WikiText-2 contract."
-        )
-        text += "".join(f" {line[:1].upper()}{line[1:]}." for line in more if line.strip())
-        out += [text + (f" **{cost['warning']}**" if cost.get("warning") else ""), ""]
-    cert = plan.scores.get("certificate") if isinstance(plan.scores, dict) else None
-    if cert and cert.get("summary"):
-        verdict = "is certified" if cert["certified"] else "is **not** certified"
-        text = (
-            f"Can it be trusted? The cut {verdict}: against the {len(cert['sets'])} plausible "
-            f"alternatives ({cert['plausible_from']}), measured on {cert['heldout']['windows']} "
-            "held-out windows that the scoring never saw, it may be worse than the best of them "
-            f"by at most {cert['r95_points']:.2f} dPPL points (95% bootstrap quantile of the "
-            f"regret; tolerance {cert['delta_points']:.2f})."
-        )
-        if cert["switched"]:
-            text += (
-                f" The criterion chose {cert['chosen']}; {cert['kept']} was better on the "
-                f"held-out windows by {cert['gain_points']:.2f} points and was kept."
-            )
-        if cert.get("mass_outside") is not None:
-            text += f" {cert['mass_outside']:.0%} of the selection's bootstrap fell outside them."
-        out += [text, ""]
-    stab = metrics.get("stability")
-    if stab:
-        said = stab["summary"].removeprefix("stability: ")
-        text = f"How stable is the choice? {said[:1].upper()}{said[1:]}."
-        out += [text + (f" **{stab['warning']}**" if stab.get("warning") else ""), ""]
-    auto = plan.scores.get("auto") if isinstance(plan.scores, dict) else None
-    if auto:
-        from swapprune.select.auto import decision_lines
-
-        out += ["What `--protocol auto` decided: " + "; ".join(decision_lines(auto)) + ".", ""]
-    return out
-
-
-def _scored_pairs(path: str | None, probes) -> set:
-    """Pairs an existing scores file already holds every probe of (a resumed run skips them)."""
-    import json
-
-    want = [p for p in probes if p != "deletion"]
-    try:
-        rows = json.loads(Path(path).read_text()).get("pairs", []) if path else []
-        return {(r["i"], r["j"]) for r in rows if all(p in r for p in want)}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return set()
 
 
 def _summary(name: str, out) -> str:

@@ -8,7 +8,7 @@ configuration handed to :func:`run` (``swapprune``/``prune``, ``score``,
 loop over configurations.
 
 Everything a user can get wrong is checked before the weights load
-(:func:`swapprune.pipeline.stages.check`: the configuration, then the model's facts read
+(:func:`swapprune.pipeline.checks.check`: the configuration, then the model's facts read
 from its ``config.json`` or GGUF header), once; the loaded model is re-checked
 only when those facts could not be read or disagree with it. The output directory is built in a
 hidden sibling and renamed into place at the end, so a failed run leaves no
@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.config import RunConfig
-from swapprune.pipeline import stages
-from swapprune.pipeline.record import RunBook, Say, recovery
+from swapprune.pipeline import checks, stages
+from swapprune.pipeline import forecast as fc
+from swapprune.pipeline.cut import cut
+from swapprune.pipeline.record import RunBook, Say, Wording, recovery
 
 
 @dataclass
@@ -69,6 +71,7 @@ def run(
     say: Say | None = None,
     progress: bool = True,
     command: list[str] | None = None,
+    wording: Wording | None = None,
 ) -> RunResult:
     """Run ``config``: every stage it names, in order.
 
@@ -77,11 +80,14 @@ def run(
         say: receives one line per stage (``None``: silent).
         progress: show progress bars.
         command: recorded in the provenance (default: ``sys.argv``).
+        wording: how the front end names what the run suggests (default: ``--quick``
+            for the quick settings, a cheaper cut in words).
     """
     cfg = config
-    checked = stages.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    checked = checks.check(cfg)  # names, files, then budget/pairs/context: before the weights load
     start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
-    book = RunBook(cfg, say or (lambda _: None), list(sys.argv) if command is None else command)
+    argv = list(sys.argv) if command is None else command
+    book = RunBook(cfg, say or (lambda _: None), argv, wording or Wording())
     loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
     book.metrics["num_layers"] = loaded.facts.num_layers
@@ -101,7 +107,9 @@ def run(
         calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
         book.metrics["calibration"] = calibration.describe()
     if cfg.score:
-        book.forecast("score", loaded, calibration)
+        forecast, quick = fc.of_scoring(cfg, loaded.facts)
+        batch = cfg.calibration.batch_size
+        book.forecast("score", forecast, quick, model, calibration, batch)
         scores = book.stage("score", stages.score, cfg, loaded, calibration, progress)
         if scores is None:  # non-zero torchrun rank
             return res
@@ -109,27 +117,16 @@ def run(
         # Reused scores: record the calibration that produced them, not this run's settings.
         book.metrics["calibration"] = scores.meta.get("calibration")
         book.metrics["scores_reused_from"] = str(Path(cfg.prune.scores).absolute())
+    patches = None
     if cfg.prune:
-        heldout = None
-        if cfg.prune.plan is None:
-            # Cutting the held-out windows can still fail on bad input: before the timed pass.
-            heldout = book.stage("held-out windows", stages.heldout, cfg, loaded, calibration)
-            book.forecast("prune", loaded, calibration, scores is not None)
-        plan, scores = book.stage(
-            "select", stages.select, cfg, loaded, calibration, scores, progress, heldout
-        )
+        done = cut(
+            cfg, loaded, book, calibration=calibration, scores=scores, progress=progress,
+            stability=True,
+        )  # fmt: skip
+        plan, scores, patches = done.plan, done.scores, done.patches
     else:
         plan, scores = stages.select(cfg, loaded, calibration, scores, progress)  # identity
     res.plan, res.scores = plan, scores
-    for key in ("certificate", "compute"):
-        if key in plan.scores:
-            book.metrics[key] = plan.scores[key]
-    if cfg.prune and cfg.prune.plan is None:
-        stages.stability(cfg, loaded, plan, scores, book)
-    patches = None
-    if cfg.prune and (cfg.prune.patch != "none" or plan.patch is not None):
-        patches = book.stage("patch", stages.patch, cfg, loaded, plan, calibration, heldout)
-        book.metrics["patch"] = plan.patch
     if cfg.cost is not None and cfg.prune:
         cost = book.stage("cost", stages.measure_cost, cfg, loaded, plan, patches)
         book.metrics["cost"] = cost.to_dict() | {"summary": cost.summary()}

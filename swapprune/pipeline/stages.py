@@ -1,11 +1,12 @@
 """The stages of a run, each a function of the configuration and what came before.
 
-``check`` (the configuration, then the model's facts read without weights) ->
-``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``select`` ->
-``stability`` and ``measure_cost`` -> ``evaluate``; :mod:`swapprune.pipeline.forecast` says
-what the scoring parts will cost before they start. :func:`swapprune.pipeline.sequence.run` calls them in order;
-``swapprune compare``, ``swapprune validate`` and ``swapprune.prune`` call the
-same functions.
+:func:`swapprune.pipeline.checks.check` (the configuration, then the model's facts read
+without weights) -> ``load`` -> ``calibrate`` -> ``score`` or ``reuse_scores`` -> ``heldout``
+-> ``select`` -> ``stability`` -> ``patch`` -> ``measure_cost`` -> ``evaluate``;
+:mod:`swapprune.pipeline.forecast` says what the probing and selection will compute, and
+how long that takes, before they start. :func:`swapprune.pipeline.sequence.run` calls them in
+order, the cut's part through :func:`swapprune.pipeline.cut.cut`, which ``swapprune.prune``
+and ``swapprune compare``'s cells call too.
 """
 
 from __future__ import annotations
@@ -16,21 +17,28 @@ from typing import Any
 
 from swapprune.config import RunConfig
 from swapprune.errors import SwappruneError
+from swapprune.pipeline import checks
+from swapprune.pipeline.checks import Checked
+from swapprune.select.spec import names
 
-
-@dataclass
-class Checked:
-    """A configuration checked before any weights load.
-
-    Attributes:
-        facts: the model's facts from its config alone, or ``None`` when they cannot be
-            read cheaply (the checks then run right after loading).
-        selection: the frozen :class:`~swapprune.select.spec.SelectionSpec` (if selecting
-            and the facts were read).
-    """
-
-    facts: Any
-    selection: Any
+__all__ = [
+    "Checked",
+    "Loaded",
+    "NextCut",
+    "calibrate",
+    "cheaper_cut",
+    "evaluate",
+    "heldout",
+    "load",
+    "measure_cost",
+    "model_bytes",
+    "output_state",
+    "patch",
+    "reuse_scores",
+    "score",
+    "select",
+    "stability",
+]
 
 
 @dataclass
@@ -49,24 +57,6 @@ class Loaded:
     source: Any
     facts: Any
     selection: Any = None
-
-
-def check(config: RunConfig, study: bool = False) -> Checked:
-    """Everything that needs no weights: the configuration, then the model's facts.
-
-    ``study``: a ``compare`` or ``validate`` run, which brings its own work.
-    """
-    config.check(study)
-    facts = read_facts(config)
-    selection = config.check_model(facts) if facts is not None else None
-    p = config.prune
-    if selection is not None and p is not None and p.scores:
-        from swapprune.engine.scores import ScoreResult
-        from swapprune.select.reuse import check_reused
-
-        # Reading the file costs little next to loading the model that it would not fit.
-        check_reused(ScoreResult.load(p.scores), selection, p.scores, config)
-    return Checked(facts, selection)
 
 
 def output_state(config: RunConfig):
@@ -93,16 +83,6 @@ def model_bytes(model, config: RunConfig) -> int:
     )
 
 
-def read_facts(config: RunConfig):
-    """:class:`~swapprune.model.facts.ModelFacts` from the model's config alone, or ``None``."""
-    from swapprune.model.facts import read_facts as read
-    from swapprune.model.load import resolve_source
-
-    if config.model.trust_remote_code:
-        return None  # the config class itself may come with the remote code
-    return read(resolve_source(config.model.name))
-
-
 def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
     """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
     from swapprune.model.facts import ModelFacts
@@ -125,7 +105,7 @@ def load(config: RunConfig, checked: Checked | None = None, progress: bool = Tru
     checked = checked or Checked(None, None)
     selection = checked.selection
     if checked.facts is None or checked.facts.num_layers != facts.num_layers:
-        selection = config.check_model(facts)
+        selection = checks.check_model(config, facts)
     return Loaded(model, tok, source, facts, selection)
 
 
@@ -153,11 +133,10 @@ def heldout(config: RunConfig, loaded: Loaded, calibration):
     if not (spec.certify or spec.policy == "auto"):
         return None
     from swapprune.calibration.heldout import heldout_windows
-    from swapprune.config.select import heldout_tokens
     from swapprune.select.reference import Heldout
 
     c = config.calibration
-    tokens = heldout_tokens(p, loaded.facts.context_length)
+    tokens = checks.heldout_tokens(p, loaded.facts.context_length)
     source = p.heldout_calib or c.calib
     avoid = [calibration] if calibration is not None else []
     certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)
@@ -291,13 +270,13 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     )
     if stab is None:
         return None
-    plan.scores["stability"] = stab.to_dict()
+    stab.keep(plan.removed)  # the certificate may have kept another set than the criterion's
+    plan.records.stability = stab
     if book is not None:
         book.metrics["stability"] = stab.to_dict() | {"summary": stab.summary()}
         book.say(stab.summary())
         # The certificate is the headline: a certified cut needs no frequency warning.
-        certified = (plan.scores.get("certificate") or {}).get("certified")
-        warning = None if certified else stab.warning()
+        warning = plan.records.stability_warning()
         if warning:
             book.say(warning)
             book.metrics["stability"]["warning"] = warning
@@ -336,33 +315,64 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     return patches
 
 
+@dataclass(frozen=True)
+class NextCut:
+    """A cheaper cut to try when one costs too much: the run's selection with these changed.
+
+    The front end writes it as the command that runs it (the CLI: a ``swapprune``
+    command line, :func:`swapprune.cli.next_steps.cheaper_cut`).
+
+    Attributes:
+        budget: blocks to remove.
+        protocol: the criterion or policy (``None``: the run's own).
+        patch: the patch kind (``None``: the run's own).
+    """
+
+    budget: int
+    protocol: str | None = None
+    patch: str | None = None
+
+
+def cheaper_cut(config: RunConfig, plan) -> NextCut | None:
+    """What to try when a cut costs too much: half the budget; at budget 1 the verified
+    selection (auto), then a linear patch. An applied plan is selected again by its criterion."""
+    applied = config.prune is None or config.prune.plan is not None
+    protocol = (plan.protocol if plan.protocol in names() else "interchange") if applied else None
+    budget = plan.budget or len(plan.removed)
+    if budget > 1:
+        return NextCut(budget // 2, protocol)
+    if (protocol or (config.prune.protocol if config.prune else "")) != "auto":
+        return NextCut(1, "auto")
+    if config.prune is not None and config.prune.patch == "none":
+        return NextCut(1, None, "linear")
+    return None
+
+
 def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
     """Base vs pruned perplexity on the first windows of the matched contract.
 
     With ``cost.generative`` the record also holds the greedy-continuation agreement
     (:mod:`swapprune.evaluation.generative`). With a linear patch the pruned model is the
-    patched one, and the record also holds the cost of the plain removal.
+    patched one, and the record also holds the cost of the plain removal. A warning says
+    what to try in words; the command line's summary turns it into one command.
     """
     from swapprune.evaluation.cost import pruning_cost
 
     c = config.cost
     assert c is not None
     windows = c.windows or None
-    from swapprune.cli.next_steps import cheaper_cut
-
-    then = cheaper_cut(config, plan)
     gen = c.generative
     if plan.op == "remove" and not patches:
         return pruning_cost(
             loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
-            generative=gen, then=then,
+            generative=gen,
         )  # fmt: skip
     from swapprune.edit.surgery import apply_plan
 
     edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
     cost = pruning_cost(
         loaded.model, loaded.tokenizer, pruned=edited, windows=windows, threshold=c.threshold,
-        generative=gen, then=then,
+        generative=gen,
     )  # fmt: skip
     if patches:
         # The plain removal's perplexity only: its generation is not what the run keeps.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from swapprune.records import BlockWork, CertificateSkipped, Compute
 from swapprune.select import criteria, search, strategies  # noqa: F401 (registers the names)
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ def select(
         progress: progress bars while probing.
 
     Returns:
-        The plan, with ``plan.scores["certificate"]`` (when certified) and
-        ``plan.scores["compute"]`` (block evaluations by kind), and the scores.
+        The plan, with ``plan.records.certificate`` (when certified) and
+        ``plan.records.compute`` (block evaluations by kind), and the scores.
     """
     given = scores
     if spec.policy == "auto":
@@ -80,7 +81,7 @@ def select(
             result = adaptive_score(
                 model, spec, calibration, model_id=model_id, heldout=heldout, progress=progress
             )
-            scores, record, tiebreak = result.scores, result.to_dict(), result.tiebreak
+            scores, record, tiebreak = result.scores, result.record(), result.tiebreak
             meta = scores.meta["adaptive"]
             if meta["stop_rule"] == "certificate":
                 from swapprune.select.certificate import spending_quantile
@@ -97,37 +98,33 @@ def select(
             progress=progress,
             tiebreak=tiebreak,
         )
-        if record is not None:
-            plan.scores["adaptive"] = record
+        plan.records.adaptive = record
         if spec.certify and heldout is not None:
-            from swapprune.select.reference import certified_plan
+            from swapprune.select.reference import certified_plan, reconcile_stop
 
             plan = certified_plan(
                 model, spec, plan, scores, heldout, quantile=quantile, calibration=calibration
             )
-            if record is not None:
-                from swapprune.select.reference import reconcile_stop
-
-                plan.scores["adaptive"] = reconcile_stop(
-                    plan.scores.get("adaptive"), plan.scores.get("certificate")
-                )
+            reconcile_stop(plan.records.adaptive, plan.records.certificate)
     if spec.certify and heldout is None:
-        plan.scores["certificate"] = {"certified": None, "skipped": "no held-out windows"}
-    plan.scores["compute"] = compute_record(plan, scores if given is None else None, heldout)
+        plan.records.certificate = CertificateSkipped("no held-out windows")
+    plan.records.compute = compute_record(plan, scores if given is None else None, heldout)
     return plan, scores
 
 
-def compute_record(plan, probed, heldout) -> dict:
-    """Block evaluations and block-tokens the selection spent, by kind, and their total."""
-    zero = {"block_evals": 0, "block_tokens": 0}
+def compute_record(plan, probed, heldout) -> Compute:
+    """Block evaluations and block-tokens the selection spent, by kind."""
     timing = (probed.meta.get("timing") or {}) if probed is not None else {}
-    parts = {
-        "probes": {k: int(timing.get(k, 0)) for k in zero},
-        "tiebreak": plan.scores.get("tiebreak_compute", zero),
-        "oracle": plan.scores.get("oracle_compute", zero),
-        "verify": heldout.compute("verify") if heldout is not None else zero,
-        "certificate": heldout.compute("certify") if heldout is not None else zero,
-        "reference": heldout.compute("reference") if heldout is not None else zero,
-    }
-    parts["total"] = {k: sum(p[k] for p in parts.values()) for k in zero}
-    return parts
+    zero = {"block_evals": 0, "block_tokens": 0}
+
+    def held(which: str) -> BlockWork:
+        return BlockWork.from_dict(heldout.compute(which) if heldout is not None else zero)
+
+    return Compute(
+        probes=BlockWork(int(timing.get("block_evals", 0)), int(timing.get("block_tokens", 0))),
+        tiebreak=BlockWork.from_dict(plan.scores.get("tiebreak_compute", zero)),
+        oracle=BlockWork.from_dict(plan.scores.get("oracle_compute", zero)),
+        verify=held("verify"),
+        certificate=held("certify"),
+        reference=held("reference"),
+    )

@@ -55,9 +55,10 @@ import numpy as np
 
 from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
+from swapprune.records import AdaptiveRecord
 from swapprune.select.constraints import Constraints
+from swapprune.select.spec import AdaptiveSettings
 from swapprune.select.stability import Stability, select_on, selection_stability
-from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
 
 if TYPE_CHECKING:
@@ -73,39 +74,6 @@ Pair = tuple[int, int]
 Measure = Callable[[list[Pair], np.ndarray], dict[Pair, dict[str, np.ndarray]]]
 # (scores so far, stability per criterion, look, scheduled looks) -> {"certified": bool, ...}
 Judge = Callable[[Any, dict, int, int], dict]
-
-
-@dataclass(frozen=True)
-class AdaptiveSettings:
-    """How adaptive calibration spends windows.
-
-    Attributes:
-        target: stop when the chosen set's bootstrap frequency is at least this.
-        tranche: windows added per round (the first round probes every pair).
-        max_windows: never probe more windows than this.
-        n_boot: bootstrap resamples per round.
-        seed: seed of the window order and of the bootstrap.
-    """
-
-    target: float
-    tranche: int
-    max_windows: int
-    n_boot: int = N_BOOT
-    seed: int = 0
-
-    def check(self) -> None:
-        """Raise a one-line :class:`SwappruneError` for settings that cannot work."""
-        if not 0 < self.target <= 1:
-            raise SwappruneError(f"stability target must be in (0, 1], got {self.target}")
-        if self.tranche < 2:
-            raise SwappruneError(f"a tranche needs at least 2 windows, got {self.tranche}")
-        if self.max_windows < self.tranche:
-            raise SwappruneError(
-                f"maximum of {self.max_windows} windows is smaller than one tranche of "
-                f"{self.tranche}; raise the maximum or lower the tranche"
-            )
-        if self.n_boot < 10:
-            raise SwappruneError(f"need at least 10 bootstrap resamples, got {self.n_boot}")
 
 
 @dataclass
@@ -135,17 +103,18 @@ class AdaptiveResult:
     cpu_seconds: float = 0.0
     tiebreak: Any = None  # [L] residual norms the stopping rule and the plan share
 
-    def to_dict(self) -> dict:
-        return {
-            "stopped": self.stopped,
-            "windows": self.scores.num_windows(),
-            "pair_windows": self.pair_windows,
-            "block_evals": self.block_evals,
-            "seconds": self.seconds,
-            "cpu_seconds": self.cpu_seconds,
-            "rounds": self.rounds,
-            "stability": {k: v.to_dict() for k, v in self.stability.items()},
-        }
+    def record(self, stability: bool = True) -> AdaptiveRecord:
+        """The plan's record of the loop (``stability=False``: without the stabilities)."""
+        return AdaptiveRecord(
+            stopped=self.stopped,
+            windows=self.scores.num_windows(),
+            pair_windows=self.pair_windows,
+            block_evals=self.block_evals,
+            seconds=self.seconds,
+            cpu_seconds=self.cpu_seconds,
+            rounds=self.rounds,
+            stability=dict(self.stability) if stability else None,
+        )
 
     def summary(self) -> str:
         freqs = ", ".join(f"{k} {v.frequency:.0%}" for k, v in self.stability.items())

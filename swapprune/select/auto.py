@@ -31,10 +31,10 @@ spends at the same budget (``n C - n (n - 1) / 2`` calls for ``C`` candidate
 blocks), so the verified selection stays cheaper than the baseline it has to
 beat. The beam allows adjacent removals (the oracle judges the joint set).
 
-Everything the decision rests on goes into ``plan.scores["auto"]`` (and from
-there into ``plan.json`` and the model card): the regime and its numbers, the
-action, both selections and their bootstrap stability, the shortlist, and the
-oracle calls spent.
+Everything the decision rests on goes into ``plan.records.auto`` (an
+:class:`~swapprune.records.AutoRecord`; from there into ``plan.json`` and the
+model card): the regime and its numbers, the action, both selections and their
+bootstrap stability, the shortlist, and the oracle calls spent.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ import numpy as np
 
 from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
+from swapprune.records import AutoRecord, AutoSearch
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.certificate import plausible_sets
 from swapprune.select.constraints import Constraints
-from swapprune.select.regime import regime_of, summary_line
+from swapprune.select.regime import regime_of
 from swapprune.select.search import beam_over
 from swapprune.select.spec import AUTO
 
@@ -115,7 +116,7 @@ def select_auto(
             the module docstring; ``spec.max_oracle_calls`` caps it too).
 
     Returns:
-        The plan (``plan.scores["auto"]`` holds the decision record) and the scores.
+        The plan (``plan.records.auto`` holds the decision record) and the scores.
     """
     from swapprune.select.core import select_fixed
     from swapprune.select.stability import plan_stability
@@ -134,8 +135,7 @@ def select_auto(
 
             crits = [criteria_mod.get(p) for p in criteria_mod.SWAP]
             res = adaptive_score(model, spec, calibration, crits, model_id, heldout, progress)
-            scores, adaptive_record = res.scores, res.to_dict()
-            adaptive_record.pop("stability")
+            scores, adaptive_record = res.scores, res.record(stability=False)
             if scores.meta["adaptive"]["stop_rule"] == "certificate":
                 from swapprune.select.certificate import spending_quantile
 
@@ -170,47 +170,40 @@ def select_auto(
     cons = spec.constraints
     stab = {p: plan_stability(plans[p], scores, cons, spec.n_boot, spec.seed) for p in needs}
     selections = {p: list(plans[p].removed) for p in needs}
-    decision: dict = {
-        "regime": reg,
-        "action": ACTIONS[reg["call"]],
-        "selections": selections,
-        "agree": selections["interchange"] == selections["replacement"],
-        "stability": {p: s.to_dict() for p, s in stab.items() if s is not None},
-        "oracle_calls": 0,
-        "windows": scores.num_windows(),
-        "adaptive": adaptive_record,
-    }
+    action, calls, search = ACTIONS[reg["call"]], 0, None
     plan = plans["interchange"]
     verified: list[list[int]] = []
     if reg["call"] == "both-high":
         if heldout is None or heldout.verify is None:
-            decision["action"] += " (not run: no held-out windows to verify on)"
+            action += " (not run: no held-out windows to verify on)"
         else:
-            found = _verify(
-                model,
-                spec,
-                scores,
-                heldout,
-                shortlist_size,
-                width,
-                max_calls,
-                decision,
-                calibration,
+            search, calls = _verify(
+                model, spec, scores, heldout, shortlist_size, width, max_calls, calibration
             )
-            verified = [found]
+            verified = [search.verified]
     if spec.certify and heldout is not None:
         plan = _certified(
             model, spec, plan, stab, selections, verified, heldout, quantile, calibration
         )
-    decision["chosen"] = list(plan.removed)
     if adaptive_record is not None:
         from swapprune.select.reference import reconcile_stop
 
-        reconcile_stop(adaptive_record, plan.scores.get("certificate"))
+        reconcile_stop(adaptive_record, plan.records.certificate)
     plan.protocol = AUTO
     if verified:
         plan.strategy = f"auto-verify:beam:{width}"
-    plan.scores["auto"] = decision
+    plan.records.auto = AutoRecord(
+        regime=reg,
+        action=action,
+        selections=selections,
+        agree=selections["interchange"] == selections["replacement"],
+        stability={p: s for p, s in stab.items() if s is not None},
+        oracle_calls=calls,
+        windows=scores.num_windows(),
+        adaptive=adaptive_record,
+        chosen=list(plan.removed),
+        search=search,
+    )
     return plan, scores
 
 
@@ -257,35 +250,36 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile,
             strategy=plan.strategy,
             model=plan.model,
             scores=dict(plan.scores),
+            records=plan.records.copy(),
         )
-    plan.scores["certificate"] = cert.to_dict() | {"summary": cert.summary()}
+    plan.records.certificate = cert
     return plan
 
 
 def _verify(
-    model, spec, scores, heldout, shortlist_size, width, max_calls, decision, calibration=None
-):
-    """The both-high search: a beam over a shortlist (the swap one, or a control), held out."""
+    model, spec, scores, heldout, shortlist_size, width, max_calls, calibration=None
+) -> tuple[AutoSearch, int]:
+    """The both-high search: a beam over a shortlist (the swap one, or a control), held out.
+
+    Returns the search's record and the oracle calls it spent.
+    """
     cons = spec.constraints
     short = _shortlist(model, spec, scores, shortlist_size, calibration)
     cap = max_calls or min(default_cap(spec.budget, cons), spec.max_oracle_calls)
     oracle = heldout.oracle(model, "verify", spec.batch_size)
     chosen, notes = beam_over(short, spec.budget, oracle.cost, width, cap)
     base = oracle.cost([])
-    decision.update(
-        {
-            "shortlist": sorted(short),
-            "shortlist_source": spec.auto_shortlist,
-            "verified": chosen,
-            "oracle_calls": oracle.calls,
-            "oracle_metric": "ppl",
-            "beam": notes,
-            "base_cost": base,
-            "sleb_iterative_calls": sleb_calls(spec.budget, len(cons.candidates())),
-            "oracle_windows": list(heldout.verify.input_ids.shape),
-        }
+    search = AutoSearch(
+        shortlist=sorted(short),
+        shortlist_source=spec.auto_shortlist,
+        verified=chosen,
+        oracle_metric="ppl",
+        beam=notes,
+        base_cost=base,
+        sleb_iterative_calls=sleb_calls(spec.budget, len(cons.candidates())),
+        oracle_windows=list(heldout.verify.input_ids.shape),
     )
-    return chosen
+    return search, oracle.calls
 
 
 def _shortlist(model, spec, scores, size, calibration) -> list[int]:
@@ -320,25 +314,3 @@ def random_midstack(candidates: Sequence[int], num_layers: int, size: int, seed:
     pool = mid if len(mid) >= size else list(candidates)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 29]))
     return [int(b) for b in rng.permutation(pool)[:size]]
-
-
-def decision_lines(decision: dict) -> list[str]:
-    """What the run summary prints for an ``auto`` selection."""
-    lines = [summary_line(decision["regime"]), f"action: {decision['action']}"]
-    sel = decision["selections"]
-    if decision["regime"]["call"] == "tie-like":
-        lines.append(
-            f"tie-like regime: interchange {sel['interchange']}, replacement "
-            f"{sel['replacement']} ({'same' if decision['agree'] else 'different'} sets)"
-        )
-    if decision["regime"]["call"] == "both-high" and "beam" in decision:
-        b = decision["beam"]
-        source = decision.get("shortlist_source", "swap")
-        what = "shortlist" if source == "swap" else f"control shortlist ({source})"
-        lines.append(
-            f"beam on held-out windows found {decision['verified']} from {what} "
-            f"{decision['shortlist']} with {decision['oracle_calls']} oracle calls (cap "
-            f"{b['cap']}{', reached' if b['capped'] else ''}; SLEB-iterative would use "
-            f"{decision['sleb_iterative_calls']}); kept {decision['chosen']}"
-        )
-    return lines

@@ -1,6 +1,6 @@
 """The regret certificate of a cut: how much worse than the best cut compared it may be (pure numpy).
 
-What "can I trust this cut?" means here (docs/method.md, "The regret certificate").
+What "can I trust this cut?" means here (docs/method.md section 9).
 
 **The reference.** ``S0`` is the set the criterion chose. Its plausible sets ``A``
 are ``S0`` plus every set the criterion's bootstrap over calibration windows
@@ -273,6 +273,49 @@ class Certificate:
             )
         return f"certificate: NOT certified: {'; '.join(why)}, on {where}{switch}"
 
+    def paragraph(self) -> str:
+        """The model card's paragraph: the summary's facts in sentences."""
+        verdict = "is certified" if self.certified else "is **not** certified"
+        where = f"{self.measure_windows or self.windows} held-out windows"
+        if self.scope:
+            where += f" of {self.scope}"
+        others = len(self.sets) - 1
+        compared = (
+            f"It was compared with {others} other cut{'s' if others != 1 else ''} "
+            f"({self.composition()})"
+            if others
+            else "No other cut was compared"
+        )
+        text = (
+            f"Can it be trusted? The cut {verdict}. {compared} on {where}, which the scoring "
+            f"never saw: it may be worse than the cheapest of them by at most {self.r95:.2f} "
+            "dPPL points (95% bootstrap quantile of the regret), against a tolerance of "
+            f"{self.delta:.2f} points."
+        )
+        if self.switched:
+            on = (
+                f"{self.choose_windows} other held-out windows"
+                if self.choose_windows
+                else "the held-out windows"
+            )
+            text += (
+                f" The criterion chose {self.chosen}; {self.kept} was cheaper on {on} by "
+                f"{self.gain:.2f} points and was kept."
+            )
+        if self.mass_outside is not None:
+            text += (
+                f" {self.mass_outside:.0%} of the selection's bootstrap fell outside the cuts "
+                f"compared (at most {self.mass_gate:.0%} certifies)."
+            )
+        b = self.best
+        if not self.certified and b is not None and b["gain_points"] > 0:
+            text += (
+                f" {SOURCES.get(b['source'], b['source'])[:1].upper()}"
+                f"{SOURCES.get(b['source'], b['source'])[1:]} {b['set']} costs "
+                f"{b['cost_points']:+.1f}% against this cut's {self.kept_cost:+.1f}%."
+            )
+        return text
+
     def to_dict(self) -> dict:
         return {
             "chosen": self.chosen,
@@ -318,29 +361,29 @@ class Certificate:
         return cls(
             chosen=list(d["chosen"]),
             kept=list(d["kept"]),
-            switched=bool(d["switched"]),
-            gain=float(d["gain_points"]),
+            switched=d["switched"],
+            gain=d["gain_points"],
             sets=list(d["sets"]),
-            r95=float(d["r95_points"]),
-            quantile=float(d.get("stop_quantile", LEVEL)),
-            r_stop=float(d.get("r_stop_points", d["r95_points"])),
-            p_within=float(d["p_within_delta"]),
-            delta=float(d["delta_points"]),
-            certified=bool(d["certified"]),
+            r95=d["r95_points"],
+            quantile=d.get("stop_quantile", LEVEL),
+            r_stop=d.get("r_stop_points", d["r95_points"]),
+            p_within=d["p_within_delta"],
+            delta=d["delta_points"],
+            certified=d["certified"],
             mass_outside=d.get("mass_outside"),
             plausible_from=d.get("plausible_from", "bootstrap"),
-            windows=int(held.get("windows", 0)),
-            tokens=int(held.get("tokens", 0)),
-            n_boot=int(boot.get("resamples", N_BOOT)),
-            seed=int(boot.get("seed", 0)),
-            choose_windows=int(held.get("choose", 0)),
-            measure_windows=int(held.get("measure", held.get("windows", 0))),
+            windows=held.get("windows", 0),
+            tokens=held.get("tokens", 0),
+            n_boot=boot.get("resamples", N_BOOT),
+            seed=boot.get("seed", 0),
+            choose_windows=held.get("choose", 0),
+            measure_windows=held.get("measure", held.get("windows", 0)),
             switch_among=d.get("switch_among", "own"),
-            mass_gate=float(d.get("mass_gate", MASS_GATE)),
+            mass_gate=d.get("mass_gate", MASS_GATE),
             reasons=list(d.get("reasons", [])),
             best=d.get("best_alternative"),
             scope=held.get("scope", ""),
-            futile=bool(d.get("futile", False)),
+            futile=d.get("futile", False),
             extra={k: v for k, v in d.items() if k not in known},
         )
 

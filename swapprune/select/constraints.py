@@ -20,7 +20,7 @@ any other is replaced by the eligible set with the lowest summed importance
 **The constraint overrides the strategy's own rule**: greedy's
 never-two-adjacent, spacing, spans, ``ranked-pairs:skip-ends``; only
 ``--protect-first`` and ``--protect-last`` still hold. :func:`record` says what
-happened (``plan.scores["serve"]``). The cheapest eligible set is found exactly,
+happened (``plan.records.serve``). The cheapest eligible set is found exactly,
 without listing the eligible sets: the recursion of
 :func:`~swapprune.serving.phase.count_in_phase` over (position ``p``, target
 slot ``j``), minimising instead of counting, has ``O(L * (L - b))`` states per
@@ -33,11 +33,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from math import comb
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from swapprune.errors import SwappruneError, unknown_name
+from swapprune.records import ServeRecord
 from swapprune.serving.phase import (
     PhaseRule,
     check_feasible,
@@ -50,7 +51,6 @@ from swapprune.serving.rules import FULL, RUNTIMES, rule_for
 from swapprune.serving.view import artifact_facts, derived_types
 
 if TYPE_CHECKING:
-    from swapprune.config.run import RunConfig
     from swapprune.gguf.decision import GGUFOutput
     from swapprune.model.facts import ModelFacts
 
@@ -207,15 +207,6 @@ def resolve(
     return ServeConstraint(runtimes, tuple(own_types(facts)), default, tuple(rules))
 
 
-def for_run(config: RunConfig, facts: ModelFacts) -> ServeConstraint | None:
-    """The constraint of a run's selection: ``prune.serve``, defaulting on the run's ``--gguf``."""
-    from swapprune.gguf.decision import gguf_output
-
-    assert config.prune is not None
-    gguf = gguf_output(config) if config.export is not None else None
-    return resolve(config.prune.serve, facts, gguf)
-
-
 Key = tuple[float, float, tuple[int, ...]]
 
 
@@ -281,39 +272,23 @@ def enforce(cons: Constraints, removed: Iterable[int], importance, tiebreak=None
     return list(best)
 
 
-def record(cons: Constraints, proposed: Sequence[int], chosen: Sequence[int], importance) -> dict:
-    """What the constraint did to one selection (``plan.scores["serve"]``)."""
+def record(
+    cons: Constraints, proposed: Sequence[int], chosen: Sequence[int], importance
+) -> ServeRecord:
+    """What the constraint did to one selection (``plan.records.serve``)."""
     serve = cons.serve
     assert serve is not None
     imp = _cost(importance, cons.num_layers)
     proposed, chosen = sorted(int(b) for b in proposed), sorted(int(b) for b in chosen)
     b, protected = len(chosen), cons.protected()
-    eligible = serve.eligible(b, protected)
-    sets = comb(cons.num_layers - len(protected), b)
-    replaced = proposed != chosen
-    out: dict[str, Any] = {
-        "runtimes": list(serve.runtimes),
-        "default": serve.default,
-        "rules": [r.describe() for r in serve.rules],
-        "eligible_sets": eligible,
-        "removal_sets": sets,
-        "strategy_choice": proposed,
-        "strategy_in_phase": not replaced,
-        "chosen": chosen,
-        "replaced": replaced,
-        "importance_sum": {
-            "strategy_choice": float(sum(imp[i] for i in proposed)),
-            "chosen": float(sum(imp[i] for i in chosen)),
-        },
-    }
-    where = f"{eligible} of {sets} removal sets of {b} are"
-    if replaced:
-        out["summary"] = (
-            f"serve: the strategy's choice {proposed} would put {serve.describe()} out of phase; "
-            f"replaced by {chosen}, the in-phase set with the lowest summed importance "
-            f"({out['importance_sum']['chosen']:.4g} vs {out['importance_sum']['strategy_choice']:.4g}"
-            f"; {where} in phase; the constraint overrides the strategy's own rule)"
-        )
-    else:
-        out["summary"] = f"serve: {chosen} keeps {serve.describe()} in phase ({where})"
-    return out
+    return ServeRecord(
+        runtimes=list(serve.runtimes),
+        default=serve.default,
+        rules=[r.describe() for r in serve.rules],
+        eligible_sets=serve.eligible(b, protected),
+        removal_sets=comb(cons.num_layers - len(protected), b),
+        strategy_choice=proposed,
+        chosen=chosen,
+        strategy_importance=float(sum(imp[i] for i in proposed)),
+        chosen_importance=float(sum(imp[i] for i in chosen)),
+    )

@@ -15,6 +15,7 @@ import numpy as np
 
 from swapprune.errors import SwappruneError
 from swapprune.plan import PrunePlan
+from swapprune.records import PlanRecords, RemovalOrder
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.constraints import Constraints
 from swapprune.select.spec import SelectionSpec
@@ -103,16 +104,17 @@ def select_fixed(
     choice = strategy.choose(inputs)
     removed = list(choice.removed)
     record: dict[str, Any] = {"importance": [_num(x) for x in importance]}
+    records = PlanRecords()
     if cons.serve is not None:  # the in-phase constraint overrides the strategy's own rule
         from swapprune.select.constraints import enforce
         from swapprune.select.constraints import record as serve_record
 
         removed = enforce(cons, choice.removed, importance, tiebreak)
-        record["serve"] = serve_record(cons, choice.removed, removed, importance)
+        records.serve = serve_record(cons, choice.removed, removed, importance)
     if tiebreak is not None:
         record["tiebreak"] = {"rule": TIEBREAK_RULE, "values": [_num(x) for x in tiebreak]}
     if choice.order is not None and strategy.name == "iterative":
-        record["order"] = choice.order
+        records.order = RemovalOrder(choice.order)
     if choice.notes:
         record["selection"] = choice.notes
     if oracle is not None:
@@ -133,6 +135,7 @@ def select_fixed(
         strategy=spec.strategy_name,
         model=model_id or "",
         scores=record,
+        records=records,
     )
     if spec.op == "remove":
         return PrunePlan.from_removal(cons.num_layers, removed, **meta), scores

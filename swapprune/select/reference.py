@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from swapprune.plan import PrunePlan
+from swapprune.records import AdaptiveRecord, CertificateSkipped
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.certificate import (
     Certificate,
@@ -306,7 +307,7 @@ def certified_plan(
     model, spec, plan: PrunePlan, scores, heldout: Heldout, extra=(), quantile=None,
     calibration=None,
 ) -> PrunePlan:  # fmt: skip
-    """``plan``, or the challenger that beat it, with the certificate in ``plan.scores``."""
+    """``plan``, or the challenger that beat it, with the certificate in ``plan.records``."""
     own, counts, how = plausible(spec, plan, scores, extra)
     independents = independent_sets(model, spec, calibration, scores, heldout)
     cert = reference_certificate(
@@ -326,8 +327,9 @@ def certified_plan(
             model=plan.model,
             scores=dict(plan.scores),
             fingerprint=plan.fingerprint,
+            records=plan.records.copy(),
         )
-    out.scores["certificate"] = cert.to_dict() | {"summary": cert.summary()}
+    out.records.certificate = cert
     return out
 
 
@@ -389,7 +391,9 @@ def certificate_judge(
     return judge
 
 
-def reconcile_stop(record: dict | None, certificate: dict | None) -> dict | None:
+def reconcile_stop(
+    record: AdaptiveRecord | None, certificate: Certificate | CertificateSkipped | None
+) -> AdaptiveRecord | None:
     """Say in the adaptive record whether the final certificate agrees with the stop.
 
     The loop's stopping rule certifies the criterion's choice against the plausible sets
@@ -398,13 +402,13 @@ def reconcile_stop(record: dict | None, certificate: dict | None) -> dict | None
     not. ``final_certified`` records the final answer, and ``stop_note`` says why the two
     differ, so that no summary prints "certified" beside "NOT certified" unexplained.
     """
-    if record is None or not certificate or certificate.get("certified") is None:
-        return record
-    record["final_certified"] = bool(certificate["certified"])
-    if record.get("stopped") == "certified" and not certificate["certified"]:
-        record["stop_note"] = (
-            "the loop certified the probes' plausible sets; the final certificate, "
-            f"over {len(certificate.get('sets') or [])} sets (the beam's and the other "
-            "protocol's choices included), does not"
+    if record is None or not isinstance(certificate, Certificate):
+        return record  # no certificate measured: nothing to reconcile
+    record.final_certified = bool(certificate.certified)
+    if record.stopped == "certified" and not certificate.certified:
+        record.stop_note = (
+            "the loop certified against the sets of its last look; the final certificate, "
+            f"over {len(certificate.sets)} sets (the kept set's +-1 neighbours, and for auto "
+            "the beam's set, included), does not"
         )
     return record

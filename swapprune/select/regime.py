@@ -234,28 +234,3 @@ def regime_of(scores, n_boot: int | None = None, seed: int | None = None) -> dic
     return regime(
         scores.pairs, idx if n else None, scores.meta.get("positions"), scores.deletion or None
     )
-
-
-def summary_line(r: dict) -> str:
-    """One line for the run summary."""
-    conf = "" if r.get("confidence") is None else f", confidence {r['confidence']:.0%}"
-    ir = "n/a" if r["median_ir"] is None else f"{r['median_ir']:.3g}"
-    line = (
-        f"regime {r['call']}{conf}: median adjacent d_repl {r['median_replacement']:.3g}, "
-        f"d_inter {r['median_interchange']:.3g}, I/R {ir} -> {r['advice']}"
-    )
-    rel = r.get("relative")
-    return line + (f"; {relative_line(rel)}" if rel else "")
-
-
-def relative_line(rel: dict) -> str:
-    """The relative band in a few words (recorded, not acted on)."""
-
-    def num(x):
-        return "n/a" if x is None else f"{x:.3g}"
-
-    return (
-        f"relative to deletion: {rel['call']} (median d_inter/deletion "
-        f"{num(rel['median_interchange_over_deletion'])}, d_repl/deletion "
-        f"{num(rel['median_replacement_over_deletion'])}; not acted on)"
-    )

@@ -30,7 +30,6 @@ from swapprune.stats import N_BOOT
 
 if TYPE_CHECKING:
     from swapprune.config import CalibrationConfig, SelectConfig
-    from swapprune.select.adaptive import AdaptiveSettings
     from swapprune.select.constraints import ServeConstraint
 
 AUTO = "auto"
@@ -48,6 +47,50 @@ ORACLE_METRICS = ("ppl", "kl")
 def names() -> list[str]:
     """Every name ``--protocol`` accepts: the criteria and the ``auto`` policy."""
     return sorted([*criteria_mod.names(), AUTO])
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """How adaptive calibration spends windows.
+
+    Attributes:
+        target: stop when the chosen set's bootstrap frequency is at least this.
+        tranche: windows added per round (the first round probes every pair).
+        max_windows: never probe more windows than this.
+        n_boot: bootstrap resamples per round.
+        seed: seed of the window order and of the bootstrap.
+    """
+
+    target: float
+    tranche: int
+    max_windows: int
+    n_boot: int = N_BOOT
+    seed: int = 0
+
+    def check(self) -> None:
+        """Raise a one-line :class:`SwappruneError` for settings that cannot work."""
+        if not 0 < self.target <= 1:
+            raise SwappruneError(f"stability target must be in (0, 1], got {self.target}")
+        if self.tranche < 2:
+            raise SwappruneError(f"a tranche needs at least 2 windows, got {self.tranche}")
+        if self.max_windows < self.tranche:
+            raise SwappruneError(
+                f"maximum of {self.max_windows} windows is smaller than one tranche of "
+                f"{self.tranche}; raise the maximum or lower the tranche"
+            )
+        if self.n_boot < 10:
+            raise SwappruneError(f"need at least 10 bootstrap resamples, got {self.n_boot}")
+
+
+def adaptive_settings(calibration: CalibrationConfig) -> AdaptiveSettings:
+    """The tranche settings of the calibration section (``--adaptive``)."""
+    # A pool smaller than a tranche is probed in one round.
+    return AdaptiveSettings(
+        target=calibration.target_frequency,
+        tranche=min(calibration.tranche, calibration.prompts),
+        max_windows=calibration.prompts,
+        seed=calibration.seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -245,7 +288,7 @@ def build(
     policy = AUTO if select.protocol == AUTO else "adaptive" if tranches else "fixed"
     adaptive = None
     if tranches:
-        adaptive = calibration.adaptive_settings()
+        adaptive = adaptive_settings(calibration)
         adaptive.check()
     return SelectionSpec(
         name=select.protocol,

@@ -8,106 +8,25 @@ and the selection strategy are re-run on each resampled score table.
 
 Reported: the chosen set's frequency (the fraction of resamples that select
 exactly it), each block's inclusion probability, and the most frequent other
-sets. Only selections computed from scores alone can be resampled this way:
-criteria measured on the model (``bi``, ``sleb``, ...) and strategies that query
-it (``beam``, ``iterative``) are refused with a message.
+sets (a :class:`~swapprune.records.Stability`). Only selections computed
+from scores alone can be resampled this way: criteria measured on the model
+(``bi``, ``sleb``, ...) and strategies that query it (``beam``, ``iterative``) are
+refused with a message.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from swapprune.errors import SwappruneError
+from swapprune.records.policy import THRESHOLD, Stability
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.constraints import Constraints
 from swapprune.select.strategies import get_strategy
 from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
-
-THRESHOLD = 0.5
-# What a user runs to fix an unstable selection (the run command's flags).
-FIX_HINT = (
-    "add windows (--prompts {more}, or --adaptive on: tranches until the choice settles; "
-    "by default they run only for a certified swap-criterion cut) or let the model decide "
-    "(--protocol auto)"
-)
-
-
-@dataclass
-class Stability:
-    """Bootstrap stability of one selection.
-
-    Attributes:
-        chosen: the selection on all windows (sorted 0-based blocks).
-        frequency: fraction of resamples selecting exactly ``chosen``.
-        inclusion: per block, fraction of resamples that select it.
-        alternatives: the most frequent other sets, ``[{"set", "frequency"}]``.
-        windows: calibration windows resampled.
-        n_boot, seed: bootstrap settings.
-        criterion, strategy, budget: what was resampled.
-        threshold: frequency below which the selection is called unstable.
-    """
-
-    chosen: list[int]
-    frequency: float
-    inclusion: list[float]
-    alternatives: list[dict] = field(default_factory=list)
-    windows: int = 0
-    n_boot: int = N_BOOT
-    seed: int = 0
-    criterion: str = ""
-    strategy: str = ""
-    budget: int = 0
-    threshold: float = THRESHOLD
-    #: every set that came out, with how many resamples chose it (not written to JSON).
-    counts: dict[tuple[int, ...], int] = field(default_factory=dict, repr=False)
-
-    def is_stable(self, threshold: float | None = None) -> bool:
-        """``frequency >= threshold`` (default: the one it was computed with)."""
-        return self.frequency >= (self.threshold if threshold is None else threshold)
-
-    def summary(self) -> str:
-        """One line for the run summary."""
-        in_play = [f"{b}:{p:.2f}" for b, p in enumerate(self.inclusion) if 0.05 <= p <= 0.95]
-        line = (
-            f"stability: the criterion's choice {self.chosen} comes out in {self.frequency:.0%} "
-            f"of {self.n_boot} resamples of {self.windows} windows"
-        )
-        return line + (f"; blocks in play {', '.join(in_play)}" if in_play else "")
-
-    def warning(self, threshold: float | None = None) -> str | None:
-        """A one-line warning naming the fix, or ``None`` when the selection is stable."""
-        if self.is_stable(threshold):
-            return None
-        t = self.threshold if threshold is None else threshold
-        return (
-            f"warning: selection {self.chosen} is unstable: chosen in only "
-            f"{self.frequency:.0%} of bootstrap resamples of the {self.windows} calibration "
-            f"windows (threshold {t:.0%}); fix: " + FIX_HINT.format(more=2 * self.windows)
-        )
-
-    def to_dict(self) -> dict:
-        """JSON record for ``plan.json`` and the model card."""
-        return {
-            "chosen": list(self.chosen),
-            "frequency": self.frequency,
-            "stable": self.is_stable(),
-            "threshold": self.threshold,
-            "inclusion": list(self.inclusion),
-            "alternatives": self.alternatives,
-            "criterion": self.criterion,
-            "strategy": self.strategy,
-            "budget": self.budget,
-            "bootstrap": {
-                "resamples": self.n_boot,
-                "seed": self.seed,
-                "unit": "window",
-                "windows": self.windows,
-            },
-        }
 
 
 def bootstrappable(criterion, strategy) -> str | None:
@@ -252,7 +171,7 @@ def plan_stability(
     Reads the plan's criterion, strategy, budget and tie-break key; returns
     ``None`` for selections that cannot be resampled from scores (model-measured
     criteria, model-querying strategies, ``auto``'s verified sets: see
-    ``plan.scores["auto"]["stability"]`` for those).
+    ``plan.records.auto.stability`` for those).
     """
     if not plan.budget or not plan.protocol or plan.protocol == "auto" or scores is None:
         return None

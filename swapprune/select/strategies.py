@@ -18,7 +18,7 @@ registered class.
 Ties are broken by ``tiebreak`` when given (the criterion's weaker-contributor
 rule), then by block index (lower first), so a selection is reproducible.
 
-Which table of the paper each strategy reproduces (``METHOD.md`` sections 3-4):
+Which table of the paper each strategy reproduces (``docs/method.md`` section 6):
 
 ============== =========================================================
 ``greedy``      the stated score-to-removal rule (GPT-2 sweeps)

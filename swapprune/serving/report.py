@@ -29,16 +29,16 @@ class ServingReport:
     Args:
         model_config: the in-memory pruned model's config (its ``layer_types`` are the
             kept layers' own types).
-        plan: the applied plan (original indices, the depth before).
+        plan: the applied plan (original indices, the depth before; its
+            ``records.serve``, the in-phase constraint's record, if any).
         gguf: the GGUF record of :func:`~swapprune.gguf.save.save_gguf`, if any.
-        serve: ``plan.scores["serve"]``, the in-phase constraint's record, if any.
     """
 
-    def __init__(self, model_config: Any, plan, gguf: dict | None = None, serve=None):
+    def __init__(self, model_config: Any, plan, gguf: dict | None = None):
         types = get(text_config(model_config), TYPE_KEY)
         # A config without per-layer types has one kind of layer: the view treats them alike.
         self.kept_types = list(types) if types else [FULL] * len(plan.kept)
-        self.plan, self.gguf, self.serve = plan, gguf, serve
+        self.plan, self.gguf, self.serve = plan, gguf, plan.records.serve
         self.views: dict[str, ServingView] = {}
 
     def read(self, directory: Path) -> dict[str, ServingView]:
@@ -65,11 +65,12 @@ class ServingReport:
         views = self.read(directory)
         lines = ["## Serving the cut", ""]
         lines += gguf_card_lines(self.gguf)
-        if self.serve:
-            how = "on by default while a GGUF is written" if self.serve["default"] else "--serve"
+        serve = self.serve
+        if serve is not None:
+            how = "on by default while a GGUF is written" if serve.default else "--serve"
             lines.append(
-                f"- **In phase for {', '.join(self.serve['runtimes'])}** ({how}): "
-                f"{self.serve['summary'].removeprefix('serve: ')}."
+                f"- **In phase for {', '.join(serve.runtimes)}** ({how}): "
+                f"{serve.summary().removeprefix('serve: ')}."
             )
         lines += [f"- **{w}**" for w in self.warnings()]
         lines.append("")
@@ -113,8 +114,8 @@ class ServingReport:
 
 def summary_lines(metrics: dict, plan) -> list[str]:
     """What the run summary prints about serving: the constraint, the GGUF, the warnings."""
-    serve = plan.scores.get("serve") if isinstance(plan.scores, dict) else None
-    lines = [serve["summary"]] if serve else []
+    serve = plan.records.serve
+    lines = [serve.summary()] if serve is not None else []
     lines += gguf_lines(metrics.get("gguf"))
     lines += (metrics.get("serving") or {}).get("warnings", [])
     return lines

@@ -12,12 +12,14 @@
 * :mod:`swapprune.stats.multiplicity`: Holm over the distinct model pairs of a
   table, and the primary contrasts.
 
-The bootstrap's defaults live here, importable without numpy, so configuration
-fields can name them.
+The bootstrap's defaults live here, importable without numpy (the resample count is
+:data:`swapprune.defaults.N_BOOT`, which the configuration's fields name).
 """
 
-#: Bootstrap resamples, unless a setting says otherwise.
-N_BOOT = 1000
+from swapprune.defaults import N_BOOT
+
+__all__ = ["LEVEL", "N_BOOT", "SEED"]
+
 #: Two-sided confidence level of every interval.
 LEVEL = 0.95
 #: Seed of the resampling indices.

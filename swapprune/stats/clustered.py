@@ -1,7 +1,7 @@
 """Bootstraps over articles and over seeds x articles (pure numpy, seeded).
 
 The window bootstrap of :mod:`swapprune.stats.bootstrap` treats every window as an
-independent draw. Windows of one article are not (``METHOD.md`` section 6), a
+independent draw. Windows of one article are not (``docs/method.md`` section 12), a
 calibration seed that selects the same set as another re-tests the same pair of
 models, and a predictor-validity correlation over ``L`` blocks is uncertain in
 the blocks, not only in the windows. Each bootstrap here (and the layer

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from swapprune.evaluation.names import EXTENDED_PPL, WIKITEXT2_PPL
+from swapprune.records.policy import relative_line
 
 #: Short names of the perplexity contracts in column headers.
 SHORT = {WIKITEXT2_PPL: "matched", EXTENDED_PPL: "extended"}
@@ -247,7 +248,5 @@ def regime_lines(reg: dict | None) -> list[str]:
     ]
     rel = reg.get("relative")
     if rel:
-        from swapprune.select.regime import relative_line
-
         lines.append(f"Beside it, {relative_line(rel)}.")
     return lines

@@ -1,6 +1,6 @@
 """Predictor validity: does a criterion's removability predict the real cost of deleting a block?
 
-The paper's check (``METHOD.md`` section 4): the Spearman correlation, over the
+The paper's check (``docs/method.md`` section 14): the Spearman correlation, over the
 ``L`` blocks, between each block's removability under a criterion and the
 measured cost of deleting that block alone (Pythia-1.4B: interchange 0.72,
 replacement 0.68, BI 0.61). Positive = the criterion ranks cheap deletions as
@@ -38,7 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from swapprune.config import quick_of
 from swapprune.errors import SwappruneError
+from swapprune.pipeline import checks, stages
+from swapprune.pipeline import forecast as fc
+from swapprune.pipeline.record import Steps, Wording
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.criteria import SWAP
 from swapprune.stats import N_BOOT
@@ -300,7 +304,9 @@ def _num_windows(values) -> int:
     return int(values.shape[0])
 
 
-def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, Path]:
+def run_validity(
+    run, validate, progress: bool = True, say=None, quick: str = "--quick"
+) -> tuple[dict, Path]:
     """``swapprune validate``: the run's own stages (check, load, calibrate), then the check.
 
     Args:
@@ -308,15 +314,15 @@ def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, 
         validate: the :class:`~swapprune.config.ValidateConfig`.
         progress: progress bars.
         say: receives the lines of the estimate before the work starts (``None``: silent).
+        quick: how the quick settings are asked for, when the estimate names them.
 
     Returns:
         The result and the directory the report was written to.
     """
-    from swapprune.pipeline import stages
     from swapprune.studies.validity_report import write_validity_report
 
-    validate.check()
-    checked = stages.check(run, study=True)
+    checks.check_validate(validate)
+    checked = checks.check(run, study=True)
     loaded = stages.load(run, checked, progress)
     calibration = stages.calibrate(run, loaded)
     c = run.calibration
@@ -332,14 +338,13 @@ def run_validity(run, validate, progress: bool = True, say=None) -> tuple[dict, 
         target = windows_from_text(
             text, loaded.tokenizer, c.prompts, c.tokens, c.seed, validate.target
         )
-    if say is not None:
-        from swapprune.pipeline import forecast as fc
-
+    steps = Steps(say, Wording(quick=quick))
+    if steps.announces:
         n = target.input_ids.shape[0] if target is not None else 0
-        plan = fc.validity(run, validate, loaded.facts, n)
-        quick_run = fc.quick_of(run)  # the target windows follow the calibration's size
-        quick = fc.validity(quick_run, validate, loaded.facts, n and quick_run.calibration.prompts)
-        fc.announce(plan, loaded.model, calibration, c.batch_size, say, quick)
+        forecast = fc.validity(run, validate, loaded.facts, n)
+        quick_run = quick_of(run)  # the target windows follow the calibration's size
+        faster = fc.validity(quick_run, validate, loaded.facts, n and quick_run.calibration.prompts)
+        steps.forecast("validate", forecast, faster, loaded.model, calibration, c.batch_size)
     result = predictor_validity(
         loaded.model,
         calibration,
