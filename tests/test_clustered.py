@@ -283,3 +283,31 @@ def test_units_intervals_and_statistics_refuse_or_record_plainly():
         ValueError, match=r"unknown statistic 'nope'; known: \['bits', 'exp_neg_mean', 'mean'"
     ):
         weighted_statistic("nope")
+
+
+def test_block_weights_keep_neighbours_together():
+    from swapprune.stats.clustered import block_weights
+
+    w = block_weights(23, 3, n_boot=4000, seed=1)
+    assert w.shape == (4000, 23) and (w.sum(axis=1) == 23).all()
+    assert np.allclose(block_weights(23, 23, n_boot=5), 1.0)  # one block: every unit once
+    # neighbours are drawn together far more often than units far apart
+    near = np.corrcoef(w[:, 10], w[:, 11])[0, 1]
+    far = np.corrcoef(w[:, 2], w[:, 20])[0, 1]
+    assert near > 0.3 and abs(far) < near / 2  # (far ones compete for a fixed total)
+    with pytest.raises(ValueError, match="block length"):
+        block_weights(5, 6)
+
+
+def test_two_level_difference_takes_given_weights():
+    from swapprune.stats.clustered import block_weights, two_level_cost_difference
+
+    rng = np.random.default_rng(0)
+    n = 12
+    base = np.stack([rng.uniform(900, 1100, n), np.full(n, 256.0)], axis=1)
+    a = np.stack([base] * 3)
+    b = a.copy()
+    b[..., 0] += 20.0  # B costs more on every window
+    w = block_weights(n, 3, n_boot=500, seed=2)
+    d = two_level_cost_difference(base, a, b, clusters=list(range(n)), weights=w, n_boot=500)
+    assert d.estimate > 0 and d.interval.low > 0 and len(d.replicates) == 500

@@ -138,6 +138,22 @@ def resample_weights(
     return cluster_weights(clusters, n_boot, seed)
 
 
+def block_weights(n: int, block: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
+    """Weights ``[B, n]`` of a moving-block bootstrap over ``n`` units in their order.
+
+    Each resample draws ``ceil(n / block)`` starting units uniformly from the
+    ``n - block + 1`` possible ones and takes ``block`` consecutive units from each, so
+    neighbours stay together (windows of one article in document order are
+    correlated); the last block is cut so that every resample holds ``n`` units.
+    """
+    if not 1 <= block <= n:
+        raise ValueError(f"block length must be in [1, {n}], got {block}")
+    k = -(-n // block)
+    starts = np.random.default_rng(seed).integers(0, n - block + 1, size=(n_boot, k))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(n_boot, -1)[:, :n]
+    return _counts(idx, n)
+
+
 def paired_replicates(
     runs: Sequence[Any],
     statistic: str | WeightedStatistic,
@@ -299,6 +315,7 @@ def two_level_cost_difference(
     n_boot: int = N_BOOT,
     level: float = LEVEL,
     seed: int = SEED,
+    weights: np.ndarray | None = None,
 ) -> TwoLevelDifference:
     """Two-level (seed x article) paired bootstrap of ``cost(B) - cost(A)``.
 
@@ -315,6 +332,8 @@ def two_level_cost_difference(
         n_boot: Number of resamples.
         level: Confidence level.
         seed: Seed of the draws (articles from ``seed``; seeds from an independent stream).
+        weights: ``[B, n]`` unit weights to use instead of the article draws (e.g.
+            :func:`block_weights` where the windows are ordered, not clustered).
 
     Returns:
         The difference, its CI, p-value and the per-seed values.
@@ -326,7 +345,8 @@ def two_level_cost_difference(
         raise ValueError(f"cuts A {ua.shape}, B {ub.shape} and base {u0.shape} do not pair up")
     stat = weighted_statistic(statistic)
     n_seeds = ua.shape[0]
-    w = resample_weights(n, clusters, n_boot, seed)  # [B, n]
+    w = resample_weights(n, clusters, n_boot, seed) if weights is None else weights  # [B, n]
+    n_boot = w.shape[0]
     ones = np.ones((1, n))
     # The seed draws use their own stream so that the article draws match
     # cluster_weights(clusters, n_boot, seed) exactly.
