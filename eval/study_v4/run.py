@@ -182,8 +182,9 @@ def run_contracts(batch: int = 8) -> None:
 
 # -- n = 8 ------------------------------------------------------------------------------
 def run_n8() -> None:
-    import swapprune
     from search import search_reference  # eval/study_v4/search.py
+
+    import swapprune
 
     f = RESULTS / "n8.json"
     data = json.loads(f.read_text()) if f.is_file() else {"cuts": {}, "records": {}}
