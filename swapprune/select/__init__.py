@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from swapprune.select import criteria, search, strategies  # noqa: F401 (registers the names)
+from swapprune.select import criteria, exhaustive, search, strategies  # noqa: F401 (registers)
 
 if TYPE_CHECKING:
     from swapprune.plan import PrunePlan
