@@ -350,7 +350,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
 
     def run(out, on_batch=None):
         return run_landscape(model, settings, w, adm, out, criteria=picks, progress=False,
-                             on_batch=on_batch, picture=False)  # fmt: skip
+                             criteria_names=["first", "second"], on_batch=on_batch,
+                             picture=False)  # fmt: skip
 
     whole = run(tmp_path / "whole")
     for stop_at in (("round 0", 2), ("round 1", 1), ("refine", 1)):

@@ -21,7 +21,7 @@ EPILOG = """examples:
   swapprune landscape --budget 2 --bf16-screening --output land2/
   swapprune landscape --budget 3 --never-adjacent --top-k 10 --bf16-screening --output land3/
   swapprune landscape --budget 2 --calib eval/study_v3/calibration/part0.txt --output land/
-  swapprune landscape --budget 2 --criteria bi,sleb,auto --rounds 8x64,16x128 --output land/
+  swapprune landscape --budget 2 --criteria bi,sleb,auto --rounds 8x64,16x128,16x256 --output land/
 Every admissible set is screened on the calibration text (rounds of more and longer
 windows; bfloat16 with --bf16-screening), the top-k refined in float32 on held-out
 windows disjoint from them; every criterion picks on the same calibration windows.
@@ -59,8 +59,8 @@ def add_arguments(p) -> None:
     )
     g.add_argument(
         "--rounds",
-        default="8x64,16x128",
-        help="screening rounds, WINDOWSxTOKENS each (default: 8x64,16x128)",
+        default="8x64,8x128",
+        help="screening rounds, WINDOWSxTOKENS each (default: 8x64,8x128)",
     )
     g.add_argument(
         "--refine", help="held-out windows (default: 8x512, capped at the model's context)"
@@ -265,6 +265,7 @@ def _run(job: Job, loaded, adm, serve, say):
             loaded.source.id,
             not a.no_progress,
         ),  # fmt: skip
+        criteria_names=job.criteria,
         model_id=loaded.source.id,
         constraints={"serve": list(serve.runtimes) if serve is not None else None},
         progress=not a.no_progress,

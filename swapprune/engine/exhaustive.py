@@ -42,7 +42,9 @@ VOCAB_CHUNK = 4096
 #: Positions per LM-head call.
 ROWS = 1024
 #: Cached base states kept between calls, at most (beyond it a batch is captured again).
-CACHE_BYTES = 256 * 2**20
+CACHE_BYTES = 128 * 2**20
+#: Tokens per forward, at most: long windows go in smaller batches (memory, not speed).
+BATCH_TOKENS = 2048
 
 
 def low_precision_copy(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
@@ -108,7 +110,8 @@ class SetEvaluator:
     Args:
         model: causal LM (unmodified); a :func:`low_precision_copy` to screen in bf16.
         input_ids: ``[N, T]`` windows; every position after the first is scored.
-        batch_size: windows per forward.
+        batch_size: windows per forward, at most; fewer when ``batch_size`` windows would
+            hold more than ``batch_tokens`` tokens (at least one).
         slots: the first removed blocks of the sets this evaluator will see (the cached
             states it keeps); ``None``: every slot.
         cache_bytes: keep captured states between calls up to this size; above it each
@@ -122,12 +125,13 @@ class SetEvaluator:
         batch_size: int = 8,
         slots: Iterable[int] | None = None,
         cache_bytes: int = CACHE_BYTES,
+        batch_tokens: int = BATCH_TOKENS,
     ):
         self.runner = PlanRunner(model)
         self.L = self.runner.num_layers
         self.input_ids = input_ids
-        self.batch_size = batch_size
-        self.starts = list(range(0, input_ids.shape[0], batch_size))
+        self.batch_size = max(1, min(batch_size, batch_tokens // input_ids.shape[1]))
+        self.starts = list(range(0, input_ids.shape[0], self.batch_size))
         self.slots = set(range(self.L + 1)) if slots is None else set(slots)
         self.cache_bytes = cache_bytes
         self._caches: dict[int, BatchCache] = {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,7 +53,7 @@ FORMAT = "swapprune-landscape/1"
 FILE = "landscape.json"
 PICTURE = "landscape.png"
 #: Keys of ``landscape.json`` a resumed run must find unchanged.
-HEADER = ("format", "model", "settings", "constraints", "windows", "sets")
+HEADER = ("format", "model", "settings", "constraints", "windows", "sets", "criteria_asked")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class LandscapeSettings:
 
     budget: int
     top_k: int = TOP_K
-    rounds: tuple[tuple[int, int], ...] = ((8, 64), (16, 128))
+    rounds: tuple[tuple[int, int], ...] = ((8, 64), (8, 128))
     refine: tuple[int, int] = (8, 512)
     z: float = Z
     margin: float = MARGIN
@@ -148,6 +148,7 @@ def run_landscape(
     output: str | Path,
     *,
     criteria: Callable[[set], Iterator] | None = None,
+    criteria_names: Sequence[str] = (),
     model_id: str = "",
     constraints: dict | None = None,
     progress: bool = True,
@@ -163,6 +164,8 @@ def run_landscape(
         output: directory of ``landscape.json`` and ``landscape.png``.
         criteria: ``done -> iterator of Pick``: runs every criterion not in ``done``
             (:func:`swapprune.studies.landscape_picks.run_criteria`); ``None``: no criteria.
+        criteria_names: the criteria ``criteria`` runs (recorded: a resumed run must ask
+            for the same).
         model_id: recorded; constraints: recorded (``--serve`` and the like).
         say: receives stage lines; on_batch: ``(stage, sets done)`` after each written batch.
         picture: draw ``landscape.png`` at the end.
@@ -190,6 +193,7 @@ def run_landscape(
         },
         "windows": {**windows.describe(), "disjoint": check_disjoint(windows)},
         "sets": {"total": admissible.total(), "admissible": len(sets)},
+        "criteria_asked": list(criteria_names),
     }
     state = _load(path, header)
     saved = lambda: write_json_atomic(path, state)  # noqa: E731
@@ -223,30 +227,18 @@ def run_landscape(
             )
         rec = state["rounds"][r]
         final = r == len(windows.rounds) - 1
-        if rec["kept"] is None:
+        todo = [s for s in current + (extras if r == 0 else []) if set_key(s) not in rec["nll"]]
+        if todo:
             if screen_model is None:
                 screen_model = _screening_model(model, settings.bf16_screening)
-            todo = [
-                s for s in (current + extras if r == 0 else current) if set_key(s) not in rec["nll"]
-            ]
-            label = f"round {r}"
+            shape = tuple(cal.input_ids.shape)
             tell(
-                f"[landscape] {label}: {len(todo)} of {len(current)} sets to evaluate on "
-                f"{cal.input_ids.shape[0]} windows x {cal.input_ids.shape[1]} tokens"
-                f" ({'bfloat16' if settings.bf16_screening else 'float32'})"
+                f"[landscape] round {r}: {len(todo)} of {len(current)} sets to evaluate on "
+                f"{shape[0]} windows x {shape[1]} tokens ({_dtype_name(screen_model)})"
             )
-            _evaluate(
-                state,
-                rec,
-                label,
-                screen_model,
-                cal.input_ids,
-                todo,
-                settings,
-                saved,
-                progress,
-                on_batch,
-            )
+            _evaluate(state, rec, f"round {r}", screen_model, cal.input_ids, todo, settings,
+                      saved, progress, on_batch)  # fmt: skip
+        if rec["kept"] is None:
             nll = arrays(rec)
             nxt = survivors({s: nll[s] for s in current}, np.asarray(rec["tokens"]), rule, final)
             rec["kept"] = [set_key(s) for s in nxt]
@@ -259,27 +251,17 @@ def run_landscape(
     # 3. refinement, float32
     refined = sorted(set(current) | set(picks.values()))
     if state["refine"] is None:
-        state["refine"] = {"dtype": None, "tokens": None, "base": None, "nll": {}, "done": False}
+        state["refine"] = {"dtype": None, "tokens": None, "base": None, "nll": {}}
     rec = state["refine"]
-    if not rec["done"]:
-        todo = [s for s in refined if set_key(s) not in rec["nll"]]
+    todo = [s for s in refined if set_key(s) not in rec["nll"]]
+    if todo:
+        shape = tuple(windows.refine.input_ids.shape)
         tell(
-            f"[landscape] refinement: {len(todo)} sets on {windows.refine.input_ids.shape[0]} "
-            f"held-out windows x {windows.refine.input_ids.shape[1]} tokens (float32)"
+            f"[landscape] refinement: {len(todo)} sets on {shape[0]} held-out windows x "
+            f"{shape[1]} tokens ({_dtype_name(model)})"
         )
-        _evaluate(
-            state,
-            rec,
-            "refine",
-            model,
-            windows.refine.input_ids,
-            todo,
-            settings,
-            saved,
-            progress,
-            on_batch,
-        )
-        rec["done"] = True
+        _evaluate(state, rec, "refine", model, windows.refine.input_ids, todo, settings, saved,
+                  progress, on_batch)  # fmt: skip
 
     # 4. report
     state["result"] = result(state, sets, current, picks, settings)
@@ -294,6 +276,10 @@ def run_landscape(
     except ImportError:  # matplotlib is optional: the JSON is the result
         tell("[landscape] matplotlib is missing: no picture")
     return state
+
+
+def _dtype_name(model) -> str:
+    return str(next(model.parameters()).dtype).replace("torch.", "")
 
 
 def _screening_model(model, bf16: bool):
@@ -318,7 +304,7 @@ def _evaluate(
     ev = SetEvaluator(model, input_ids, settings.batch_size, slots={min(s) for s in todo})
     meter = _Meter(state, stage, ev)
     if rec["base"] is None:
-        rec["dtype"] = str(next(model.parameters()).dtype).replace("torch.", "")
+        rec["dtype"] = _dtype_name(model)
         rec["tokens"] = ev.tokens.tolist()
         rec["base"] = ev.base().tolist()
         meter.flush()
