@@ -500,3 +500,23 @@ def test_exhaustive_strategy_picks_the_cheapest_set():
 
     with pytest.raises(SwappruneError, match="more than 10"):
         get_strategy("exhaustive:10").check(2, Constraints(6))
+
+
+def test_heldout_windows_that_touch_a_screening_window_are_refused():
+    from swapprune.studies.landscape_windows import LandscapeWindows, check_disjoint
+
+    ids = tiny_ids(2, 40, seed=7)
+    screen = Calibration(ids, "text", 0, [(0, 40), (100, 140)])
+    clear = Calibration(ids, "text", 0, [(40, 80), (140, 180)])
+    touching = Calibration(ids, "text", 0, [(40, 80), (139, 179)])
+    assert check_disjoint(LandscapeWindows([screen], clear)) == "spans"
+    with pytest.raises(SwappruneError, match="overlap"):
+        check_disjoint(LandscapeWindows([screen], touching))
+    other = Calibration(ids, "other text", 0, [(0, 40), (100, 140)])
+    assert check_disjoint(LandscapeWindows([screen], other)) == "sources"
+    # Windows without positions: compared by runs of token ids.
+    fresh = given(tiny_ids(2, 40, seed=8))
+    assert check_disjoint(LandscapeWindows([given(ids)], fresh)) == "32-grams of token ids"
+    shifted = given(torch.cat([tiny_ids(2, 5, seed=9), ids[:, :35]], dim=1))
+    with pytest.raises(SwappruneError, match="share token ids"):
+        check_disjoint(LandscapeWindows([given(ids)], shifted))

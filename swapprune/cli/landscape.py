@@ -59,8 +59,8 @@ def add_arguments(p) -> None:
     )
     g.add_argument(
         "--rounds",
-        default="8x64,8x128",
-        help="screening rounds, WINDOWSxTOKENS each (default: 8x64,8x128)",
+        default="8x64,16x128",
+        help="screening rounds, WINDOWSxTOKENS each (default: 8x64,16x128)",
     )
     g.add_argument(
         "--refine", help="held-out windows (default: 8x512, capped at the model's context)"

@@ -73,7 +73,7 @@ class LandscapeSettings:
 
     budget: int
     top_k: int = TOP_K
-    rounds: tuple[tuple[int, int], ...] = ((8, 64), (8, 128))
+    rounds: tuple[tuple[int, int], ...] = ((8, 64), (16, 128))
     refine: tuple[int, int] = (8, 512)
     z: float = Z
     margin: float = MARGIN

@@ -34,21 +34,23 @@ def build_windows(tokenizer, settings, calibration, source=None, refine_source=N
     ``settings``: a :class:`~swapprune.studies.landscape.LandscapeSettings` (its rounds,
     refinement and seed).
 
-    Round ``r``'s windows avoid the calibration windows and every earlier round's; the
-    held-out ones avoid all of them (:func:`swapprune.calibration.heldout.heldout_windows`).
+    The held-out windows are drawn first, avoiding the calibration windows, so they stay
+    the same whatever the screening schedule; round ``r``'s windows avoid the calibration
+    windows, the held-out ones and every earlier round's
+    (:func:`swapprune.calibration.heldout.heldout_windows`).
     """
     from swapprune.calibration.heldout import heldout_windows
 
     source = source or calibration.source
-    avoid = [calibration]
+    windows, tokens = settings.refine
+    refine = heldout_windows(
+        tokenizer, refine_source or source, windows, tokens, settings.seed + 997, [calibration]
+    )
     rounds: list = []
     for r, (windows, tokens) in enumerate(settings.rounds):
         seed = settings.seed + 101 * (r + 1)
-        rounds.append(heldout_windows(tokenizer, source, windows, tokens, seed, [*avoid, *rounds]))
-    windows, tokens = settings.refine
-    refine = heldout_windows(
-        tokenizer, refine_source or source, windows, tokens, settings.seed + 997, [*avoid, *rounds]
-    )
+        avoid = [calibration, refine, *rounds]
+        rounds.append(heldout_windows(tokenizer, source, windows, tokens, seed, avoid))
     return LandscapeWindows(rounds, refine, calibration)
 
 
