@@ -120,6 +120,13 @@ class _Meter:
         self._mark()
 
 
+def _add(state: dict, stage: str, compute: dict) -> None:
+    """Add one stage's counters to ``state["compute"]`` (a resumed run adds to the last)."""
+    row = state["compute"].setdefault(stage, {})
+    for k, v in compute.items():
+        row[k] = row.get(k, 0) + v
+
+
 def _load(path: Path, header: dict) -> dict:
     """The state in ``path`` if its header matches, a new one if there is none."""
     if not path.is_file():
@@ -206,17 +213,18 @@ def run_landscape(
     if criteria is not None:
         for pick in criteria(set(state["criteria"])):
             if pick.removed is None:  # shared work (the swap probes), counted on its own
-                state["compute"][pick.name] = pick.compute
+                _add(state, pick.name, pick.compute)
             else:
                 state["criteria"][pick.name] = {"set": list(pick.removed), **pick.record}
-                state["compute"][f"criterion {pick.name}"] = pick.compute
+                _add(state, f"criterion {pick.name}", pick.compute)
             saved()
     picks = {n: tuple(c["set"]) for n, c in state["criteria"].items() if c.get("set") is not None}
 
     # 2. screening
     rule = settings.rule()
     current = list(sets)
-    extras = sorted({p for p in picks.values() if p not in set(sets)})
+    admitted = set(sets)
+    extras = sorted({p for p in picks.values() if p not in admitted})
     screen_model = None
     for r, cal in enumerate(windows.rounds):
         if r > 0 and len(current) <= rule.top_k:

@@ -73,7 +73,12 @@ def write_picture(state: dict, path: str | Path) -> None:
             [r], [costs[r - 1]], s=260, marker="*", facecolor="none", edgecolor="black",
             lw=1.4, zorder=4, label=f"{best['set']}: the best set on the held-out windows",
         )  # fmt: skip
-    left.legend(loc="upper left", fontsize=7.5, frameon=True, framealpha=0.9, borderpad=0.6)
+    left.legend(
+        loc="upper left", fontsize=7.5, frameon=True, framealpha=0.9, borderpad=0.6,
+        title="each criterion's set: its screening rank; its held-out regret against the "
+        "best, paired [95% CI]",
+        title_fontsize=7.5,
+    )  # fmt: skip
     n = state["settings"]["budget"]
     w = state["windows"]["rounds"][0]
     left.set_xlabel(f"rank among the {len(costs)} admissible sets of {n} blocks")
@@ -128,7 +133,7 @@ def _refined(ax, refined: list[dict], colour: dict, marker: dict, state: dict) -
     if limit is not None:
         ax.set_xlim(right=limit * 1.02 if limit > 0 else limit + 1)
     h = state["windows"]["refine"]
-    ax.set_xlabel("held-out cost (dPPL points): each set's 95% CI; the legend's regrets are paired")
+    ax.set_xlabel("held-out cost, dPPL points (each set's own 95% CI)")
     ax.set_title(
         f"the refined sets on {h['prompts']} held-out windows x {h['tokens']} tokens (float32)",
         fontsize=10,
