@@ -510,6 +510,7 @@ def test_describe_lists_every_spec_with_its_first_line():
         "clustered:REGION",
         "contiguous",
         "distributed:G",
+        "exhaustive",
         "greedy",
         "iterative",
         "ranked",

@@ -69,7 +69,7 @@ class ContractSets:
             for i, row in enumerate(w["ids"]):
                 groups.setdefault(len(row), []).append(i)
             evs = []
-            for length, rows in sorted(groups.items()):
+            for _length, rows in sorted(groups.items()):
                 ids = torch.tensor([w["ids"][i] for i in rows], dtype=torch.long)
                 ev = SetEvaluator(
                     model, ids, batch_size, score_from=[w["score_from"][i] for i in rows]

@@ -13,7 +13,6 @@ from analysis import (
     contrast,
     coverage,
     holm_primary,
-    percentile_rank,
     regret_against_best,
 )
 
@@ -94,13 +93,16 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
         out["cuts"] += rows
         seeds = sorted({r["seed"] for r in rows})
 
-        def sets_of(criterion: str) -> list[tuple[int, ...]]:
+        def sets_of(criterion: str, rows=rows, seeds=seeds) -> list[tuple[int, ...]]:
             by = {r["seed"]: tuple(r["set"]) for r in rows if r["criterion"] == criterion}
             return [by[s] for s in seeds if s in by]
 
         entry: dict = {
-            "best": {"set": list(best), "cost_ext": best_cost,
-                     "cost_matched": con["matched"].cost(best)},  # fmt: skip
+            "best": {
+                "set": list(best),
+                "cost_ext": best_cost,
+                "cost_matched": con["matched"].cost(best),
+            },  # fmt: skip
             "coverage": coverage([r for r in rows if r["measured"]]),
             "regret": {},
             "contrasts": {},

@@ -28,6 +28,7 @@ COMMANDS = {
     "eval": ("evaluate", "evaluate a model with lm-eval on the offline task pack"),
     "compare": ("compare", "pruning cost of each criterion at each budget, with paired verdicts"),
     "validate": ("validate", "does each criterion predict the real cost of deleting a block?"),
+    "landscape": ("landscape", "every removal set of a small budget; where each cut ranks"),
     "run": ("recipe", "run a YAML recipe: score -> prune -> heal -> quantize -> eval -> export"),
     "list": ("listing", "list criteria, strategies, merge rules, probes, runtimes and tasks"),
 }

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from swapprune.records import BlockWork, CertificateSkipped, Compute
-from swapprune.select import criteria, search, strategies  # noqa: F401 (registers the names)
+from swapprune.select import criteria, exhaustive, search, strategies  # noqa: F401 (registers)
 
 if TYPE_CHECKING:
     from swapprune.plan import PrunePlan
