@@ -187,6 +187,32 @@ def test_fast_path_equals_literal_removal_for_every_set(family, monkeypatch):
     assert ev.compute()["head_rows"] == (len(sets) + 1) * 5 * 23
 
 
+def test_windows_scored_from_a_position_sum_only_those_tokens():
+    """A contract's window scores what follows its context: the sum over those tokens only."""
+    from swapprune.engine.exhaustive import SetEvaluator
+
+    model = tiny_model("llama", seed=2)
+    ids = tiny_ids(5, 24, seed=4)
+    first = [1, 12, 12, 5, 23]  # per window, the first token scored
+    ev = SetEvaluator(model, ids, batch_size=2, score_from=first)
+    assert ev.tokens.tolist() == [23, 12, 12, 19, 1]
+    for s in [(), (1, 3), (0, 5)]:
+        got = ev.evaluate([s])[tuple(s)]
+        L = model.config.num_hidden_layers
+        from swapprune.edit.surgery import apply_plan
+        from swapprune.plan import PrunePlan
+
+        cut = apply_plan(copy.deepcopy(model), PrunePlan.from_removal(L, list(s)), lambda *_: None)
+        with torch.no_grad():
+            logits = cut(input_ids=ids, use_cache=False).logits[:, :-1].float()
+        nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none").double()
+        want = [float(nll[w, f - 1 :].sum()) for w, f in enumerate(first)]
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=str(s))
+    assert ev.compute()["head_rows"] == 3 * sum(ev.tokens) + sum(ev.tokens)  # sets + base
+    with pytest.raises(ValueError, match="score_from"):
+        SetEvaluator(model, ids, score_from=[0, 1, 1, 1, 1])
+
+
 def test_shared_prefixes_are_bitwise_the_sets_alone():
     from swapprune.engine.exhaustive import SetEvaluator
 

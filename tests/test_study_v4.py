@@ -76,3 +76,33 @@ def test_the_matched_contract_is_resampled_in_blocks(an):
     t = an.contrast(c, "A", [(1, 2)] * 2, "B", [(3, 4)] * 2, n_boot=300, seed=1)
     assert t["outcome"] == "a_better"
     assert an.percentile_rank(30.0, [10.0, 20.0, 30.0, 40.0]) == 50.0
+
+
+def test_the_contracts_from_cached_prefixes_equal_lm_evals_scoring(tmp_path):
+    """Study v4 evaluates sets on both contracts with the set evaluator; lm-eval's scoring
+    of the same windows (``swapprune eval``) gives the same per-window NLL."""
+    import copy
+
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    from swapprune.edit.surgery import apply_plan
+    from swapprune.evaluation import evaluate
+    from swapprune.plan import PrunePlan
+
+    spec = importlib.util.spec_from_file_location("study_v4_contracts", HERE / "contracts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model, tok = tiny_model("llama"), tiny_tokenizer()
+    cs = mod.ContractSets(model, tok, tmp_path / "c.json", words=300, max_length=64)
+    cs.evaluate([(1, 3)])
+    assert cs.has((1, 3)) and not cs.has((2, 3))
+    cut = apply_plan(copy.deepcopy(model), PrunePlan.from_removal(6, [1, 3]), lambda *_: None)
+    for m, key in ((model, None), (cut, "1,3")):
+        res = evaluate(m, tok, ["wikitext2_ppl", "wikitext2_ext"], words=300, max_length=64,
+                       n_boot=10)  # fmt: skip
+        for name, task in (("matched", "swapprune_wikitext2_ppl"),
+                           ("extended", "swapprune_wikitext2_ext")):  # fmt: skip
+            t = res.tasks[task]
+            mine = cs.data[name]["base"] if key is None else cs.data[name]["sets"][key]
+            np.testing.assert_allclose(mine, t.units["nll"], rtol=1e-5, err_msg=name)
+            assert cs.data[name]["tokens"] == list(t.units["tokens"])

@@ -20,9 +20,13 @@ import numpy as np
 import torch
 
 
-def contract_windows(tok) -> dict[str, dict]:
-    """``{contract: {"ids": [[...]], "score_from": [...], "clusters": [...]}}`` in order."""
-    from swapprune.defaults import MAX_LENGTH, WORDS
+def contract_windows(tok, words: int | None = None, max_length: int | None = None) -> dict:
+    """``{contract: {"ids": [[...]], "score_from": [...], "clusters": [...]}}`` in order.
+
+    ``words`` and ``max_length`` default to the contracts' (5,000 words, 512 tokens).
+    """
+    from swapprune.defaults import CONTRACT_MAX_LENGTH as MAX_LENGTH
+    from swapprune.defaults import CONTRACT_WORDS as WORDS
     from swapprune.evaluation.extended import contract_windows as ext_windows
     from swapprune.evaluation.perplexity import (
         TEST_TEXT,
@@ -31,10 +35,11 @@ def contract_windows(tok) -> dict[str, dict]:
         tokenize,
     )
 
+    words, max_length = words or WORDS, max_length or MAX_LENGTH
     text = TEST_TEXT.read_text(encoding="utf-8")
-    ids = tokenize(tok, first_words(text, WORDS))
-    matched = sliding_windows(len(ids), MAX_LENGTH, MAX_LENGTH // 2)
-    ext = ext_windows(tok, text, max_length=MAX_LENGTH, per_article=1)
+    ids = tokenize(tok, first_words(text, words))
+    matched = sliding_windows(len(ids), max_length, max_length // 2)
+    ext = ext_windows(tok, text, skip_words=words, max_length=max_length, per_article=1)
     return {
         "matched": {
             "ids": [ids[w.begin : w.end] for w in matched],
@@ -56,11 +61,11 @@ def key(s) -> str:
 class ContractSets:
     """Per-window NLL of sets on both contracts, remembered in a JSON file (resumable)."""
 
-    def __init__(self, model, tok, path: Path, batch_size: int = 4):
+    def __init__(self, model, tok, path: Path, batch_size: int = 4, **window_settings):
         from swapprune.engine.exhaustive import SetEvaluator
 
         self.path = path
-        self.windows = contract_windows(tok)
+        self.windows = contract_windows(tok, **window_settings)
         self.data = json.loads(path.read_text()) if path.is_file() else {}
         self.evaluators = {}
         for name, w in self.windows.items():

@@ -116,6 +116,9 @@ class SetEvaluator:
             states it keeps); ``None``: every slot.
         cache_bytes: keep captured states between calls up to this size; above it each
             call captures its batches again (same numbers, one more base pass per call).
+        score_from: per window, the first token scored (a perplexity contract's windows
+            score only what follows their context, e.g. the second half); default 1:
+            every token after the first.
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class SetEvaluator:
         slots: Iterable[int] | None = None,
         cache_bytes: int = CACHE_BYTES,
         batch_tokens: int = BATCH_TOKENS,
+        score_from: Sequence[int] | None = None,
     ):
         self.runner = PlanRunner(model)
         self.L = self.runner.num_layers
@@ -137,7 +141,11 @@ class SetEvaluator:
         self._caches: dict[int, BatchCache] = {}
         self._base: dict[int, np.ndarray] = {}
         n, t = input_ids.shape
-        self.tokens = np.full(n, t - 1, dtype=np.float64)
+        first = np.ones(n, dtype=np.int64) if score_from is None else np.asarray(score_from)
+        if first.shape != (n,) or (first < 1).any() or (first >= t).any():
+            raise ValueError(f"score_from needs {n} positions in [1, {t - 1}]")
+        self.score_from = torch.as_tensor(first)
+        self.tokens = (t - first).astype(np.float64)
 
     @property
     def stats(self) -> RunStats:
@@ -157,19 +165,28 @@ class SetEvaluator:
         return self.input_ids[start : start + self.batch_size]
 
     @torch.no_grad()
-    def _window_nll(self, final: torch.Tensor, ids: torch.Tensor) -> np.ndarray:
-        """``[B]`` summed NLL of each window from the final hidden states ``[B, T, H]``."""
+    def _window_nll(self, final: torch.Tensor, ids: torch.Tensor, start: int) -> np.ndarray:
+        """``[B]`` summed NLL of each window's scored tokens from the final states ``[B, T, H]``.
+
+        ``start``: the batch's first window (for its ``score_from``).
+        """
         b, t = ids.shape
         head_device = self.runner.head_device
-        hidden = final[:, :-1].reshape(b * (t - 1), -1).to(head_device)  # scored positions
-        targets = ids[:, 1:].reshape(-1).to(head_device)
-        out = torch.empty(b * (t - 1), dtype=torch.float32)
+        # position p predicts token p + 1; it counts when that token is scored
+        first = self.score_from[start : start + b]
+        scored = torch.arange(1, t)[None, :] >= first[:, None]  # [B, T - 1]
+        hidden = final[:, :-1][scored].to(head_device)  # [R, H], scored positions only
+        targets = ids[:, 1:][scored].to(head_device)
+        out = torch.empty(hidden.shape[0], dtype=torch.float32)
         for r in range(0, hidden.shape[0], ROWS):
             out[r : r + ROWS] = head_nll(
                 self.runner.stack, hidden[r : r + ROWS], targets[r : r + ROWS]
             ).cpu()
         self.stats.head_rows += hidden.shape[0]
-        return out.view(b, t - 1).double().sum(-1).numpy()
+        per_window = torch.zeros(b, dtype=torch.float64)
+        rows = scored.nonzero()[:, 0]
+        per_window.index_add_(0, rows, out.double())
+        return per_window.numpy()
 
     def _cache(self, start: int) -> BatchCache:
         hit = self._caches.get(start)
@@ -178,7 +195,7 @@ class SetEvaluator:
         ids = self._batch(start)
         cache = self.runner.capture(ids)
         if start not in self._base:
-            self._base[start] = self._window_nll(cache.hidden[self.L], ids)
+            self._base[start] = self._window_nll(cache.hidden[self.L], ids, start)
         # Only the states a walk starts from are read (BatchCache.hidden[a] for a set whose
         # first removed block is a); the others are dropped at once.
         cache.hidden = [h if k in self.slots else None for k, h in enumerate(cache.hidden)]  # type: ignore[misc]
@@ -222,7 +239,7 @@ class SetEvaluator:
             ids = self._batch(start)
             last = n == len(self.starts) - 1
             for i, final in self.runner.run_plans(plans, cache):
-                parts[i].append(self._window_nll(final, ids))
+                parts[i].append(self._window_nll(final, ids, start))
                 if last and on_set is not None:
                     on_set(keys[i])
         return {k: np.concatenate(p) for k, p in zip(keys, parts)}
