@@ -172,10 +172,10 @@ def literal_nll(model, removed, ids) -> np.ndarray:
 
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
 def test_fast_path_equals_literal_removal_for_every_set(family, monkeypatch):
-    from swapprune.engine import exhaustive
+    from swapprune.engine import head
     from swapprune.engine.exhaustive import SetEvaluator
 
-    monkeypatch.setattr(exhaustive, "VOCAB_CHUNK", 40)  # several slices of the 96-entry vocabulary
+    monkeypatch.setattr(head, "VOCAB_CHUNK", 40)  # several slices of the 96-entry vocabulary
     model = tiny_model(family)
     ids = tiny_ids(5, 24)  # 24 tokens: past gemma's sliding window of 8
     ev = SetEvaluator(model, ids, batch_size=2)
@@ -546,3 +546,20 @@ def test_heldout_windows_that_touch_a_screening_window_are_refused():
     shifted = given(torch.cat([tiny_ids(2, 5, seed=9), ids[:, :35]], dim=1))
     with pytest.raises(SwappruneError, match="share token ids"):
         check_disjoint(LandscapeWindows([given(ids)], shifted))
+
+
+def test_the_oracle_reads_the_sliced_head_as_the_full_one(monkeypatch):
+    """The calibration oracle's NLL (SLEB, auto's search, the certificate) through the
+    vocabulary-sliced head equals cross-entropy over the full logits."""
+    from swapprune.engine import head
+    from swapprune.engine.oracle import CalibrationOracle
+
+    monkeypatch.setattr(head, "VOCAB_CHUNK", 40)
+    monkeypatch.setattr(head, "ROWS", 7)  # rows in several calls, the last one short
+    model = tiny_model("gemma2")  # soft-capped logits
+    ids = tiny_ids(4, 20, seed=5)
+    oracle = CalibrationOracle(model, ids, batch_size=3)
+    for removed in ([], [2], [1, 4]):
+        want = literal_nll(model, removed, ids) / 19
+        np.testing.assert_allclose(oracle.window_costs(removed), want, rtol=1e-6)
+        assert oracle.cost(removed) == pytest.approx(float(np.exp(want.mean())), rel=1e-6)

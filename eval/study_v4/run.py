@@ -162,12 +162,22 @@ def needed_sets() -> dict[int, set[tuple[int, ...]]]:
         for c in state["criteria"].values():
             if c.get("set") is not None:
                 out[budget].add(tuple(c["set"]))
+    for method in study_v3_sets().values():  # Study v3's regret, against the true best
+        for s in method.values():
+            out.setdefault(3, set()).add(tuple(s))
     n8 = RESULTS / "n8.json"
     if n8.is_file():
         d = json.loads(n8.read_text())
         for s in [*d["cuts"].values(), d["search"]["set"]]:
             out.setdefault(8, set()).add(tuple(s))
     return out
+
+
+def study_v3_sets() -> dict[str, dict[int, list[int]]]:
+    """Study v3's sets at n = 3: method -> seed -> removed blocks."""
+    d = json.loads((ROOT / "eval" / "study_v3" / "study.json").read_text())
+    ext = d["contracts"]["swapprune_wikitext2_ext"]["methods"]
+    return {m: {int(k): v["removed"] for k, v in r["per_seed"].items()} for m, r in ext.items()}
 
 
 def run_contracts(batch: int = 8) -> None:

@@ -67,7 +67,10 @@ def add_arguments(p) -> None:
     )
     g.add_argument("--z", type=float, default=3.0, help="screening rule: one-sided z")
     g.add_argument(
-        "--margin", type=float, default=0.005, help="screening rule: margin in nats per token within which two sets count as level"
+        "--margin",
+        type=float,
+        default=0.005,
+        help="screening rule: margin in nats per token within which two sets count as level",
     )
     g.add_argument("--min-keep", type=int, help="screening rule: floor (default: 4 x top-k)")
     g.add_argument(

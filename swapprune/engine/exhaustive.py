@@ -31,16 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from swapprune.engine.head import ROWS, head_nll
 from swapprune.engine.runner import BatchCache, PlanRunner, RunStats
 from swapprune.select.landscape import Admissible, Removal, costs_points
 
-#: Vocabulary entries per slice of the LM head.
-VOCAB_CHUNK = 4096
-#: Positions per LM-head call.
-ROWS = 1024
 #: Cached base states kept between calls, at most (beyond it a batch is captured again).
 CACHE_BYTES = 128 * 2**20
 #: Tokens per forward, at most: long windows go in smaller batches (memory, not speed).
@@ -59,44 +55,6 @@ def low_precision_copy(model: nn.Module, dtype: torch.dtype = torch.bfloat16) ->
         if id(p) not in memo and p.is_floating_point():
             memo[id(p)] = nn.Parameter(p.detach().to(dtype), requires_grad=False)
     return copy.deepcopy(model, memo)
-
-
-def head_nll(stack, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Next-token NLL ``[R]`` (float32) of hidden states ``[R, H]`` against ``targets`` ``[R]``.
-
-    Final norm, LM head and soft-cap as :meth:`~swapprune.model.stack.DecoderStack.head`,
-    then ``logsumexp(logits) - logits[target]``; for an ``nn.Linear`` head, over slices of
-    :data:`VOCAB_CHUNK` entries with a running maximum and sum.
-    """
-    x = hidden
-    for mod in stack.tail:
-        x = mod(x)
-    lm = stack.model.get_output_embeddings()
-    key = stack.spec.softcap_key
-    cap = getattr(stack.config, key, None) if key else None
-    if not isinstance(lm, nn.Linear):
-        logits = lm(x).float()
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        return F.cross_entropy(logits, targets, reduction="none")
-    weight, bias = lm.weight, lm.bias
-    rows = x.shape[0]
-    top = torch.full((rows,), -torch.inf, device=x.device)
-    total = torch.zeros(rows, device=x.device)
-    picked = torch.zeros(rows, device=x.device)
-    for j in range(0, weight.shape[0], VOCAB_CHUNK):
-        part = F.linear(
-            x, weight[j : j + VOCAB_CHUNK], None if bias is None else bias[j : j + VOCAB_CHUNK]
-        ).float()  # [R, C]
-        if cap:
-            part = torch.tanh(part / cap) * cap
-        new_top = torch.maximum(top, part.amax(-1))
-        total = total * torch.exp(top - new_top) + torch.exp(part - new_top[:, None]).sum(-1)
-        top = new_top
-        inside = ((targets >= j) & (targets < j + part.shape[1])).nonzero().squeeze(1)
-        if inside.numel():
-            picked[inside] = part[inside, targets[inside] - j]
-    return top + torch.log(total) - picked
 
 
 def kept_plan(num_layers: int, removed: Iterable[int]) -> tuple[int, ...]:

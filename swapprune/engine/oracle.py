@@ -180,20 +180,25 @@ class CalibrationOracle:
     def _cost(self, plan: tuple[int, ...], metric: str) -> float:
         total, count = 0.0, 0
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
-            logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
+            final = self.runner.final_hidden(plan, cache)[:, :-1]
             if metric == "ppl":
-                nll = F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]),
-                    tgt.reshape(-1).to(logits.device),
-                    reduction="sum",
-                )
-                total, count = total + float(nll), count + tgt.numel()
+                nll = self._nll(final, tgt)
+                total, count = total + float(nll.double().sum()), count + tgt.numel()
             else:
+                logits = self.runner.stack.head(final).float()
                 base = self._base(i)
                 kl = kl_rows(base.reshape(-1, base.shape[-1]), logits.reshape(-1, logits.shape[-1]))
                 total, count = total + float(kl.sum()), count + kl.numel()
         mean = total / count
         return math.exp(mean) if metric == "ppl" else mean
+
+    def _nll(self, final: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """``[B * T]`` next-token NLL of the final states ``[B, T, H]`` (vocabulary-sliced head)."""
+        from swapprune.engine.head import token_nll
+
+        device = self.runner.head_device
+        hidden = final.reshape(-1, final.shape[-1]).to(device)
+        return token_nll(self.runner.stack, hidden, tgt.reshape(-1).to(device))
 
     def _base(self, i: int) -> torch.Tensor:
         if self._shared.base_logits is None:
@@ -231,14 +236,13 @@ class CalibrationOracle:
     def _window_costs(self, plan: tuple[int, ...], metric: str) -> np.ndarray:
         out = []
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
-            logits = self.runner.stack.head(self.runner.final_hidden(plan, cache))[:, :-1].float()
-            B, T, V = logits.shape
+            final = self.runner.final_hidden(plan, cache)[:, :-1]
+            B, T = final.shape[:2]
             if metric == "ppl":
-                nll = F.cross_entropy(
-                    logits.reshape(-1, V), tgt.reshape(-1).to(logits.device), reduction="none"
-                ).reshape(B, T)
-                out.append(nll.double().mean(-1).cpu())
+                out.append(self._nll(final, tgt).reshape(B, T).double().mean(-1))
             else:
+                logits = self.runner.stack.head(final).float()
+                V = logits.shape[-1]
                 base = self._base(i)
                 kl = kl_rows(base.reshape(-1, V), logits.reshape(-1, V)).reshape(B, T)
                 out.append(kl.double().mean(-1).cpu())
