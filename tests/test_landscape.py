@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from pathlib import Path
 from math import comb
 
 import numpy as np
@@ -563,3 +564,42 @@ def test_the_oracle_reads_the_sliced_head_as_the_full_one(monkeypatch):
         want = literal_nll(model, removed, ids) / 19
         np.testing.assert_allclose(oracle.window_costs(removed), want, rtol=1e-6)
         assert oracle.cost(removed) == pytest.approx(float(np.exp(want.mean())), rel=1e-6)
+
+
+def test_a_landscape_joins_the_certificates_reference(tiny_dir, tmp_path, capsys):
+    """``--landscape FILE``: its top sets are measured with the criterion's own, labelled."""
+    from swapprune.cli import main
+
+    tiny_dir = str(tiny_dir)
+    land = tmp_path / "land"
+    argv = ["landscape", "--model", tiny_dir, "--budget", "2", "--prompts", "4", "--tokens",
+            "32", "--rounds", "4x32", "--refine", "4x64", "--criteria", "none", "--top-k", "3",
+            "--output", str(land), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    out = tmp_path / "cut"
+    run = ["--model", tiny_dir, "--budget", "2", "--prompts", "4", "--tokens", "32",
+           "--heldout-prompts", "4", "--heldout-tokens", "64", "--no-eval", "--no-selfcheck",
+           "--landscape", str(land / "landscape.json"), "--landscape-sets", "3",
+           "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(run) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    cert = plan["scores"]["certificate"]
+    top = json.loads((land / "landscape.json").read_text())["result"]["refined"][:3]
+    sources = {tuple(r["set"]): r["source"] for r in cert["sets"]}
+    for row in top:  # each top set is in the reference (as the chosen one, or from the landscape)
+        assert tuple(row["set"]) in sources
+    # the spec carries them, cheapest first, for every selection of the run
+    from swapprune.config import CalibrationConfig, SelectConfig
+    from swapprune.model.facts import ModelFacts
+    from swapprune.pipeline.checks import selection_spec
+
+    facts = ModelFacts.from_config(json.loads((Path(tiny_dir) / "config.json").read_text()))
+    sel = SelectConfig(budget=2, landscape=str(land / "landscape.json"), landscape_sets=2)
+    spec = selection_spec(sel, CalibrationConfig(), facts)
+    assert list(spec.landscape) == [tuple(r["set"]) for r in top[:2]]
+    # a landscape of another budget is refused in one line, before the model loads
+    bad = [*run[: run.index("--budget") + 1], "3", *run[run.index("--budget") + 2 :]]
+    capsys.readouterr()
+    assert main([*bad[:-3], "--output", str(tmp_path / "bad"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "of budget 2; this cut removes 3" in err and not (tmp_path / "bad").exists()

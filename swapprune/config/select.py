@@ -78,6 +78,13 @@ class SelectConfig:
         "certificate: regret tolerance in dPPL points (default: 1 point or 5% of the "
         "cut's cost, whichever is larger)",
     )
+    landscape: str | None = opt(
+        None,
+        "a landscape.json of this model and budget (swapprune landscape): its top refined "
+        "sets join the certificate's reference",
+        metavar="FILE",
+    )
+    landscape_sets: int = opt(5, "landscape: how many of its top sets join the reference")
     heldout_prompts: int = opt(
         8,
         "held-out windows of the certificate: the first half chooses, the second measures "
@@ -118,6 +125,7 @@ class SelectConfig:
         positive("max_oracle_calls", self.max_oracle_calls)
         positive("beam_seeds", self.beam_seeds)
         positive("certify_sets", self.certify_sets)
+        positive("landscape_sets", self.landscape_sets)
         if not 0 < self.certify_floor <= 1:
             raise SwappruneError(f"certify_floor must be in (0, 1], got {self.certify_floor}")
         if self.certify_delta is not None and not self.certify_delta >= 0:

@@ -20,6 +20,7 @@ llm-compressor modifier, a recipe as it is read), before any weights load:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -210,7 +211,38 @@ def selection_spec(
         SwappruneError: a budget the model's depth, the strategy or ``--serve`` cannot meet.
     """
     serve = constraints.resolve(select.serve, facts, gguf)  # a budget it cannot meet is refused
-    return build(select, calibration, facts.num_layers, scores_given, serve)
+    spec = build(select, calibration, facts.num_layers, scores_given, serve)
+    if select.landscape:
+        top = landscape_sets(select.landscape, facts.num_layers, spec.budget, select.landscape_sets)
+        spec = dataclasses.replace(spec, landscape=tuple(top))
+    return spec
+
+
+def landscape_sets(path: str, num_layers: int, budget: int, count: int) -> list[tuple[int, ...]]:
+    """The top ``count`` refined sets of a finished ``landscape.json``, cheapest first.
+
+    Refused in one line: a file that is not a finished landscape, or one of another
+    depth or budget (its model's fingerprint is checked once the model loads).
+    """
+    import json
+
+    try:
+        state = json.loads(Path(path).read_text())
+        refined = state["result"]["refined"]
+        budget_of, depth = state["settings"]["budget"], state["constraints"]["describe"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SwappruneError(f"--landscape {path} is not a finished landscape.json: {e}") from None
+    if budget_of != budget:
+        raise SwappruneError(
+            f"--landscape {path} is of budget {budget_of}; this cut removes {budget}"
+        )
+    sets = [tuple(sorted(int(b) for b in r["set"])) for r in refined]
+    if any(len(s) != budget or max(s) >= num_layers for s in sets):
+        raise SwappruneError(
+            f"--landscape {path} holds sets of another model ({depth}); this one has "
+            f"{num_layers} blocks"
+        )
+    return sets[:count]
 
 
 def heldout_tokens(select: SelectConfig, context: int | None) -> int:
@@ -270,6 +302,8 @@ def _check_selection(select: SelectConfig, calibration: CalibrationConfig) -> No
     resolve(select, calibration)
     if select.scores is not None and not Path(select.scores).is_file():
         raise SwappruneError(f"scores file {select.scores} not found")
+    if select.landscape is not None and not Path(select.landscape).is_file():
+        raise SwappruneError(f"landscape file {select.landscape} not found")
     constraints.check_names(select.serve)
     if select.op == "merge" and select.serve not in (None, [constraints.NONE]):
         raise SwappruneError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from swapprune.config import RunConfig
@@ -238,6 +239,13 @@ def select(
             )
         _same_model(plan.fingerprint, loaded, f"plan {p.plan}")
         return plan, scores
+    if p.landscape:  # its sets join the certificate's reference: they must be this model's
+        import json
+
+        state = json.loads(Path(p.landscape).read_text())
+        _same_model(
+            (state.get("model") or {}).get("fingerprint"), loaded, f"landscape {p.landscape}"
+        )
     from swapprune.select import select as choose
 
     plan, scores = choose(
