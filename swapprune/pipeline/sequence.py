@@ -102,9 +102,15 @@ def run(
     teacher = copy.deepcopy(model).eval() if cfg.heal and cfg.heal.distill else None
     book.measure("base", model, tok, windows)
 
-    calibration = None
+    calibration = heldout = None
+    text = checked.text  # cut before the load, for the model's context (unless it differs)
+    if text is not None and text.context_length != loaded.facts.context_length:
+        text = None
     if cfg.score or (cfg.prune and cfg.prune.plan is None):
-        calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
+        if text is not None:
+            calibration, heldout = text.calibration, text.heldout
+        else:
+            calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
         book.metrics["calibration"] = calibration.describe()
     if cfg.score:
         forecast, quick = fc.of_scoring(cfg, loaded.facts)
@@ -120,8 +126,8 @@ def run(
     patches = None
     if cfg.prune:
         done = cut(
-            cfg, loaded, book, calibration=calibration, scores=scores, progress=progress,
-            stability=True,
+            cfg, loaded, book, calibration=calibration, scores=scores, heldout=heldout,
+            progress=progress, stability=True,
         )  # fmt: skip
         plan, scores, patches = done.plan, done.scores, done.patches
     else:

@@ -132,18 +132,21 @@ def heldout(config: RunConfig, loaded: Loaded, calibration):
         return None
     if not (spec.certify or spec.policy == "auto"):
         return None
-    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.calibration.heldout import FIX, heldout_windows
     from swapprune.select.reference import Heldout
 
     c = config.calibration
     tokens = checks.heldout_tokens(p, loaded.facts.context_length)
     source = p.heldout_calib or c.calib
     avoid = [calibration] if calibration is not None else []
-    certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)
+    # auto's search needs its windows whether or not the cut is certified
+    fix = FIX if spec.policy == "auto" else f"{FIX}, or cut without a certificate: --no-certify"
+    tok = loaded.tokenizer
+    certify = heldout_windows(tok, source, p.heldout_prompts, tokens, c.seed, avoid, fix)
     verify = None
     if spec.policy == "auto":
         verify = heldout_windows(
-            loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify]
+            tok, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify], fix
         )
     same = source == c.calib or (source is None and c.calib is None)
     text = certify.source
@@ -307,7 +310,10 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
     avoid = [w for w in (calibration, *(heldout.windows() if heldout else ())) if w is not None]
     c = config.calibration
-    windows = heldout_windows(loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid)
+    fix = "lower --patch-prompts or --patch-tokens, or give a longer --calib"
+    windows = heldout_windows(
+        loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid, fix
+    )
     patches, compute = fit_patches(
         loaded.model, plan.removed, windows.input_ids, c.batch_size, p.patch_ridge
     )
