@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from swapprune.entry import entry_point
 from swapprune.errors import SwappruneError
 from swapprune.gguf import convert as gguf
 from swapprune.model.source import ALIASES, ModelSource, check_resolvable, resolve_source
@@ -67,6 +68,7 @@ def default_device(device: str | None) -> str:
     return "cuda"
 
 
+@entry_point()
 def load_model(
     spec: str,
     *,
