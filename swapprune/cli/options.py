@@ -129,7 +129,8 @@ def add_section(
         if tp is bool:
             if default:
                 kwargs.update(action="store_false", default=True)
-                kwargs["help"] = f"skip: {kwargs['help']}"
+                off = meta.get("off")
+                kwargs["help"] = off.replace("%", "%%") if off else f"skip: {kwargs['help']}"
             else:
                 kwargs.update(action="store_true", default=False)
         else:

@@ -113,7 +113,10 @@ class RunBook(Steps):
         out = fn(*args, **kwargs)
         dt = time.perf_counter() - t0
         self.metrics["wall_s"][name] = round(dt, 2)
-        self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
+        said = _summary(name, out)
+        if name.startswith("held-out ppl") and self.config.heal is not None:
+            said += f" on {self.config.heal.heldout} held-out windows"  # ppl varies with windows
+        self.say(f"[{name}] done in {dt:.1f}s" + said)
         return out
 
     def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
@@ -239,6 +242,11 @@ def _summary(name: str, out) -> str:
     if name.startswith("held-out") and isinstance(out, float):
         return f": {out:.3f}"
     if name.startswith("eval ") and hasattr(out, "tasks"):
+        # Each with the units it was measured on: a perplexity differs with its windows.
         first = {t: next(iter(tr.metrics.items()), None) for t, tr in out.tasks.items()}
-        return ": " + ", ".join(f"{t} {m[0]} {m[1].value:.4g}" for t, m in first.items() if m)
+        return ": " + ", ".join(
+            f"{t} {m[0]} {m[1].value:.4g} ({len(out.tasks[t].unit_ids)} {out.tasks[t].unit}s)"
+            for t, m in first.items()
+            if m
+        )
     return ""
