@@ -224,6 +224,7 @@ class ScoreResult:
         boot = data["bootstrap"]
         n_boot = _index(boot["resamples"], "bootstrap resamples", 1, None)
         res = cls(meta=meta, n_boot=n_boot, seed=_index(boot["seed"], "bootstrap seed", 0, None))
+        summaries: list[tuple[dict, str, float]] = []
         for row in data["pairs"]:
             i, j = (_index(row[k], f"pair {k}", 0, layers - 1) for k in ("i", "j"))
             if not i < j:
@@ -233,19 +234,22 @@ class ScoreResult:
                 a, b = row["replacement"]["per_window"]
                 v["repl_ij"], v["repl_ji"] = _array(a), _array(b)
                 ma, mb = float(_mean(v["repl_ij"])), float(_mean(v["repl_ji"]))
-                _summary(row["replacement"], f"pair {i}-{j}'s replacement", max(ma, mb))
+                summaries.append((row["replacement"], f"pair {i}-{j}'s replacement", max(ma, mb)))
             if "interchange" in row:
                 v["inter"] = _array(row["interchange"]["per_window"])
-                _summary(row["interchange"], f"pair {i}-{j}'s interchange", _mean(v["inter"]))
+                what = f"pair {i}-{j}'s interchange"
+                summaries.append((row["interchange"], what, _mean(v["inter"])))
             res.pairs[(i, j)] = v
         for row in data.get("deletion", []):
             layer = _index(row["layer"], "deletion layer", 0, layers - 1)
             res.deletion[layer] = _array(row["per_window"])
-            _summary(row, f"block {layer}'s deletion", _mean(res.deletion[layer]))
+            summaries.append((row, f"block {layer}'s deletion", _mean(res.deletion[layer])))
         lengths = {len(x) for v in res.pairs.values() for x in v.values()}
         lengths |= {len(x) for x in res.deletion.values()}
         if len(lengths) > 1:
             raise ValueError(f"per-window values of different lengths {sorted(lengths)}")
+        for row, what, mean in summaries:  # once the windows they summarise are known sound
+            _summary(row, what, float(mean))
         return res
 
     @classmethod
@@ -296,9 +300,18 @@ def _summary(row: dict, what: str, mean: float) -> None:
     differs from them is a file edited or damaged, which would be used silently otherwise."""
     if not isinstance(row, dict):
         raise ValueError(f"{what} must be an object, got {type(row).__name__}")
+    unmeasured = math.isnan(mean)  # no window measured: the summary is nan (NaN in the JSON)
+
+    def value(x, name: str) -> float:
+        if unmeasured and isinstance(x, float) and math.isnan(x):
+            return x
+        return _kl(x, name)
+
     if "distance" in row:
-        d = _kl(row["distance"], f"{what} distance")
-        if not math.isnan(mean) and abs(d - mean) > 1e-6 * max(1.0, abs(mean)):
+        d = value(row["distance"], f"{what} distance")
+        if unmeasured != math.isnan(d) or (
+            not unmeasured and abs(d - mean) > 1e-6 * max(1.0, abs(mean))
+        ):
             raise ValueError(
                 f"{what} distance {d:.6g} is not the mean of its per-window values ({mean:.6g})"
             )
@@ -306,7 +319,7 @@ def _summary(row: dict, what: str, mean: float) -> None:
         ci = row["ci"]
         if not isinstance(ci, list) or len(ci) != 2:
             raise ValueError(f"{what} ci must be two numbers, got {ci!r}")
-        lo, hi = (_kl(x, f"{what} ci bound") for x in ci)
+        lo, hi = (value(x, f"{what} ci bound") for x in ci)
         if lo > hi:
             raise ValueError(f"{what} ci [{lo:.6g}, {hi:.6g}] is not in order")
 

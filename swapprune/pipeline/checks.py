@@ -15,10 +15,9 @@ llm-compressor modifier, a recipe as it is read), before any weights load:
   the frozen :class:`~swapprune.select.spec.SelectionSpec` is built
   (:func:`selection_spec`).
 
-:func:`check` runs all of them for a run, and then cuts the selection's windows with the
-tokenizer alone (:func:`check_text`), so that a text too short for them is refused before
-the weights load too. Importing this module imports neither torch nor transformers; only
-:func:`check_text` does, when it runs.
+:func:`check` runs all of them for a run, without torch or transformers. A run then
+cuts its windows with the tokenizer alone (:func:`check_text`), so that a text too short
+for them is refused before the weights load too; only that check imports them.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ from swapprune.output.artifacts import (
     check_output_file,
     written_by_swapprune,
 )
+from swapprune.pipeline import windows
 from swapprune.select import constraints, criteria
 from swapprune.select.reuse import check_reused
 from swapprune.select.spec import SelectionSpec, adaptive_settings, build, resolve
@@ -85,13 +85,10 @@ class Checked:
             read cheaply (the checks then run right after loading).
         selection: the frozen :class:`~swapprune.select.spec.SelectionSpec` (if selecting
             and the facts were read).
-        text: the selection's windows, cut with the tokenizer alone (``None`` when it
-            comes only with the weights; they are cut after the load then).
     """
 
     facts: ModelFacts | None
     selection: SelectionSpec | None
-    text: TextWindows | None = None
 
 
 def check(config: RunConfig, study: bool = False) -> Checked:
@@ -110,8 +107,7 @@ def check(config: RunConfig, study: bool = False) -> Checked:
         scores = check_scores_file(p.scores, facts)
         if selection is not None:
             check_reused(scores, selection, p.scores, config)
-    text = check_text(config, facts, selection) if facts is not None else None
-    return Checked(facts, selection, text)
+    return Checked(facts, selection)
 
 
 def check_config(config: RunConfig, study: bool = False) -> RunConfig:
@@ -298,35 +294,35 @@ def _check_score(s: ScoreConfig) -> None:
 # -- the text the windows are cut from ------------------------------------------------------
 
 
-def check_text(
-    config: RunConfig, facts: ModelFacts, selection: SelectionSpec | None
-) -> TextWindows | None:
+def check_text(config: RunConfig, checked: Checked) -> TextWindows | None:
     """Whether the texts hold the windows the run asks: the calibration windows of its
     probes or selection, and the held-out windows of the certificate and of ``auto``'s
     search outside them.
 
-    The one check that needs the tokenizer: it is read alone, from the model's files (no
-    weights), and the windows are cut as the run would cut them, which the run then
-    uses. ``None`` (nothing cut) when the run cuts no windows, or when the tokenizer
-    comes only with the weights: the same refusals then come right after the load,
-    before any forward pass.
+    The one check that needs the tokenizer, so the run makes it after :func:`check`,
+    still before the weights load: the tokenizer is read alone, from the model's files,
+    and the windows are cut as the run would cut them (:mod:`swapprune.pipeline.windows`),
+    which the run then uses. ``None`` (nothing cut) when the run cuts no windows, the
+    facts are unknown, or the tokenizer comes only with the weights: the same refusals
+    then come right after the load, before any forward pass.
     """
-    p = config.prune
-    selecting = p is not None and p.plan is None and selection is not None
-    if not (selecting or config.score is not None):
+    p, facts, spec = config.prune, checked.facts, checked.selection
+    selecting = p is not None and p.plan is None and spec is not None
+    if facts is None or not (selecting or config.score is not None):
         return None
-    # Lazy: the tokenizer needs transformers, and the windows are torch tensors.
-    from swapprune.model.load import tokenizer_alone
+    from swapprune.model.load import tokenizer_alone  # lazy: imports transformers
 
     tokenizer = tokenizer_alone(resolve_source(config.model.name))
     if tokenizer is None:
         return None
-    from swapprune.pipeline import stages  # stages imports this module
-
-    loaded = stages.Loaded(None, tokenizer, None, facts, selection)
-    calibration = stages.calibrate(config, loaded)
-    heldout = stages.heldout(config, loaded, calibration) if selecting else None
-    return TextWindows(calibration, heldout, facts.context_length)
+    ctx = facts.context_length
+    calibration = windows.calibration(config, tokenizer, ctx)
+    heldout = None
+    if selecting:
+        assert p is not None
+        tokens = heldout_tokens(p, ctx)
+        heldout = windows.heldout(config, spec, tokenizer, tokens, calibration)
+    return TextWindows(calibration, heldout, ctx)
 
 
 # -- a scores file to reuse -----------------------------------------------------------------

@@ -99,6 +99,7 @@ def run(
     """
     cfg = config
     checked = checks.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    text = checks.check_text(cfg, checked)  # the windows, with the tokenizer alone
     start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     argv = list(sys.argv) if command is None else command
     book = RunBook(cfg, lines(say) or (lambda _: None), argv, wording or Wording())
@@ -117,9 +118,8 @@ def run(
     book.measure("base", model, tok, windows)
 
     calibration = heldout = None
-    text = checked.text  # cut before the load, for the model's context (unless it differs)
     if text is not None and text.context_length != loaded.facts.context_length:
-        text = None
+        text = None  # cut for another context than the loaded model's: cut again
     if cfg.score or (cfg.prune and cfg.prune.plan is None):
         if text is not None:
             calibration, heldout = text.calibration, text.heldout
