@@ -197,6 +197,20 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     assert err == "", err
 
 
+def test_the_quick_flag_says_the_settings_it_sets(capsys):
+    """Only the settings this command has, each by its flag (prune has no --bootstrap)."""
+    from swapprune.config import QUICK
+
+    assert main(["prune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    said = text.split("--quick a first look, quicker than the defaults: ", 1)[1]
+    assert said.startswith("--prompts 16, --tokens 64, --tranche 8, --heldout-tokens 128,")
+    assert "bootstrap" not in said.split("(explicit flags win)")[0]
+    assert QUICK["score.bootstrap"] == 200
+    assert main(["score", "--help"]) == 0
+    assert "--bootstrap 200" in " ".join(capsys.readouterr().out.split())
+
+
 def test_no_certify_says_what_it_does(capsys):
     assert main(["prune", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
