@@ -7,6 +7,8 @@ and lm-eval comparisons with uncertainty.
 
 from __future__ import annotations
 
+import sys
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -32,9 +34,20 @@ _LAZY = {
 }
 
 
+#: The functions among them: each runs as a command would (:mod:`swapprune.entry`).
+_CALLS = ("score", "load_model", "plan_pruning", "prune", "run")
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
+        if name in _CALLS:
+            # The thread choice is made before torch is imported, which some of these
+            # modules do as they load (the call itself would find it made by then).
+            from swapprune.engine import threads
+
+            if threads.CHOICE is None and "torch" not in sys.modules:
+                threads.apply()
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'swapprune' has no attribute {name!r}")

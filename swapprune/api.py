@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from swapprune.config import CalibrationConfig, RunConfig, SelectConfig
+from swapprune.config import QUICK, CalibrationConfig, RunConfig, SelectConfig
+from swapprune.entry import entry_point, lines
 from swapprune.errors import SwappruneError, did_you_mean
 from swapprune.model.facts import ModelFacts
 from swapprune.model.source import ModelSource
@@ -20,6 +21,13 @@ from swapprune.pipeline import checks, stages
 from swapprune.pipeline.cut import cut as cut_sequence
 from swapprune.pipeline.record import Steps, Wording
 from swapprune.select.reuse import check_reused
+
+#: The quick settings (:data:`swapprune.config.QUICK`) as this API's keyword arguments.
+QUICK_KEYWORDS = ", ".join(
+    f"{key.split('.')[1]}={value}"
+    for key, value in QUICK.items()
+    if key.split(".")[0] in ("calibration", "prune")
+)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[SelectConfig, CalibrationConfig]:
@@ -37,6 +45,7 @@ def _split(kwargs: dict[str, Any]) -> tuple[SelectConfig, CalibrationConfig]:
     return SelectConfig(**by_cls[SelectConfig]), CalibrationConfig(**by_cls[CalibrationConfig])
 
 
+@entry_point()
 def plan_pruning(
     model,
     tokenizer=None,
@@ -64,7 +73,8 @@ def plan_pruning(
         model_id: recorded in the plan (default: the model's ``name_or_path``).
         progress: progress bars while probing.
         say: receives what the selection will compute and how long that should take, before
-            it starts (e.g. ``print``; ``None``: silent).
+            it starts (the ``[estimate]`` lines), e.g. ``print``; ``None``: the ``swapprune``
+            logger at INFO, silent unless logging is on.
         **settings: fields of :class:`~swapprune.config.SelectConfig` (``budget``,
             ``protocol``, ``strategy``, ``patch``, ...) and
             :class:`~swapprune.config.CalibrationConfig` (``prompts``, ``tokens``, ``seed``,
@@ -100,7 +110,7 @@ def cut(
         scores = stages.reuse_scores(select_cfg.scores, loaded)
     elif scores is not None and selection is not None:
         check_reused(scores, selection, "given as scores=")
-    steps = Steps(say, Wording(quick="prompts=16, tokens=64"))
+    steps = Steps(lines(say), Wording(quick=QUICK_KEYWORDS), lines=True)
     done = cut_sequence(
         cfg, loaded, steps, calibration=calibration, scores=scores, heldout=heldout,
         progress=progress,
@@ -108,6 +118,7 @@ def cut(
     return done.plan, done.scores, done.patches
 
 
+@entry_point()
 def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "interchange", **kw):
     """Prune an in-memory model; returns ``(pruned_model, plan)``.
 

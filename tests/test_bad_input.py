@@ -159,13 +159,121 @@ def test_overwrite_never_replaces_the_model_or_the_working_directory(
     assert (tmp_path / "plan.json").exists()
 
 
-def test_a_heldout_source_with_too_few_windows_is_one_line(model_dir, tmp_path, capsys):
-    """Found when the windows are cut, after the load and before any forward pass."""
+#: The flags that give the held-out windows enough text, as the refusal names them.
+HELDOUT_FIX = (
+    "lower --heldout-prompts (at least 4) or --heldout-tokens, or give a longer --heldout-calib, "
+    "or cut without a certificate: --no-certify"
+)
+
+
+def test_a_heldout_source_with_too_few_windows_is_one_line(model_dir, tmp_path, capsys, no_load):
+    """Found before the load: the windows are cut with the tokenizer alone."""
     short = tmp_path / "short.txt"
     short.write_text("too short for any held-out window. " * 10)
     out = tmp_path / "out"
     argv = ["--model", model_dir, "--budget", "1", "--output", str(out), "--no-progress"]
     assert main([*argv, "--heldout-calib", str(short), "--prompts", "4", "--tokens", "16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "held-out source" in err[0] and "lower --heldout-prompts" in err[0]
+    assert err == [
+        f"swapprune: error: held-out source {short} has 1 window of 256 tokens outside the "
+        f"scoring windows, 8 asked; {HELDOUT_FIX}"
+    ]
     assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_a_short_calibration_text_leaves_too_little_held_out_text(
+    model_dir, tmp_path, capsys, no_load
+):
+    """The held-out windows come from the calibration text by default: a short --calib fits
+    the scoring windows and leaves too little; every flag that fixes it is named."""
+    short = tmp_path / "short.txt"
+    short.write_text("a text long enough for the scoring windows, not for more. " * 40)
+    out = tmp_path / "out"
+    argv = ["--model", model_dir, "--budget", "1", "--output", str(out), "--no-progress"]
+    assert main([*argv, "--calib", str(short), "--prompts", "4", "--tokens", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"swapprune: error: held-out source {short} has ")
+    assert err[0].endswith(HELDOUT_FIX)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["short.txt"]
+    # --no-certify needs no held-out text: the same run gets past the check (to the load)
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        main([*argv, "--calib", str(short), "--prompts", "4", "--tokens", "64", "--no-certify"])
+
+
+@pytest.mark.parametrize("command", ["prune", "score", "eval"])
+def test_an_output_no_file_can_be_created_in_is_refused_before_the_load(
+    model_dir, capsys, no_load, command
+):
+    """/proc takes no new file, even for root (whom every permission test lets through)."""
+    out = "/proc/forbidden/" if command == "prune" else "/proc/forbidden/out.json"
+    extra = ["--budget", "1"] if command == "prune" else []
+    assert main([command, "--model", model_dir, "--output", out, "--no-progress", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"swapprune: error: --output {out} cannot be written: creating a file in /proc fails "
+        "(No such file or directory)"
+    ]
+
+
+def _scores_doc(layers: int = 6) -> dict:
+    """A scores file of a ``layers``-block model, as ``swapprune score`` writes it."""
+    import numpy as np
+
+    from swapprune.engine.scores import ScoreResult
+
+    rng = np.random.default_rng(0)
+    pairs = {
+        (i, i + 1): {k: rng.uniform(0.01, 0.5, 4) for k in ("repl_ij", "repl_ji", "inter")}
+        for i in range(layers - 1)
+    }
+    meta = {"model": "tiny", "num_layers": layers, "positions": "all",
+            "fingerprint": {"config": "0123456789abcdef", "weights": "fedcba9876543210",
+                            "dtype": "float32", "num_layers": layers}}  # fmt: skip
+    return ScoreResult(meta=meta, pairs=pairs, n_boot=20).to_dict()
+
+
+def _damaged(what: str) -> dict:
+    data = _scores_doc()
+    row = data["pairs"][2]
+    if what == "fingerprint":
+        data["fingerprint"] = {"bogus": 1}
+    elif what == "garbage distance":
+        row["interchange"]["distance"] = "garbage"
+    elif what == "negative distance":
+        row["interchange"]["distance"] = -5.0
+    elif what == "negative window":
+        row["replacement"]["per_window"][0][1] = -5.0
+    return data
+
+
+@pytest.mark.parametrize(
+    "what, message",
+    [
+        ("fingerprint", 'fingerprint {"bogus": 1} is not a model fingerprint (fields config, '
+                        "weights, dtype, num_layers)"),
+        ("garbage distance", "pair 2-3's interchange distance 'garbage' is not a number"),
+        ("negative distance", "pair 2-3's interchange distance -5.0 is negative, which no KL "
+                              "divergence is"),
+        ("negative window", "per-window value -5.0 is negative, which no KL divergence is"),
+    ],
+)  # fmt: skip
+def test_a_damaged_scores_file_is_refused_before_the_load(
+    model_dir, tmp_path, capsys, no_load, what, message
+):
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps(_damaged(what)))
+    out = tmp_path / "out"
+    argv = ["--model", model_dir, "--budget", "1", "--scores", str(scores), "--output", str(out)]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"swapprune: error: {scores}: malformed scores file: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.json"]
+
+
+def test_the_undamaged_scores_file_gets_past_the_checks(model_dir, tmp_path, no_load):
+    """The same file, undamaged, is read and accepted: the run gets as far as the load."""
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps(_scores_doc()))
+    argv = ["--model", model_dir, "--budget", "1", "--scores", str(scores), "--no-progress"]
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        main([*argv, "--output", str(tmp_path / "out")])

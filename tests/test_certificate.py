@@ -231,6 +231,17 @@ def test_the_certificate_line_says_what_was_shown():
     )
 
 
+def test_the_card_paragraph_counts_in_the_singular_too():
+    two = _cert(sets=_cert().sets[:2])
+    assert "It was compared with 1 other cut (the criterion's own set) on 4 held-out" in (
+        two.paragraph()
+    )
+    assert "It was compared with 2 other cuts (" in _cert().paragraph()
+    alone = _cert(sets=_cert().sets[:1])
+    assert "No other cut was compared" in alone.paragraph()
+    assert "the cheapest of 1 cut compared (" in alone.summary()
+
+
 def test_the_certificate_record_round_trips():
     from swapprune.select.certificate import Certificate
 

@@ -72,7 +72,10 @@ def test_score_command(model_dir, tmp_path):
     "args, message",
     [
         (["--budget", "0", "--protocol", "interchange"], "budget must be >= 1"),
-        (["--budget", "6", "--protocol", "interchange"], "every block"),
+        (
+            ["--budget", "6", "--protocol", "interchange"],
+            "the 5 blocks that can be removed from a 6-block",
+        ),
         (["--budget", "4", "--protocol", "interchange"], "adjacent"),
         (["--budget", "1", "--protocol", "interchang"], "did you mean 'interchange'"),
         (["--budget", "1", "--strategy", "gredy"], "did you mean 'greedy'"),
@@ -113,6 +116,11 @@ def test_list(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "interchange" in out and "greedy" in out and "laco" in out
+    # every table's descriptions start in one column, past its longest name
+    rows = [line for line in out.splitlines() if line.startswith("  ")]
+    starts = {len(line) - len(line[2:].split(" ", 1)[1].lstrip()) for line in rows}
+    assert len(starts) == 1, starts
+    assert any(line.split()[0] == "replacement-directed" for line in rows)
 
 
 def test_validate_writes_the_report(model_dir, tmp_path, capsys):
@@ -171,3 +179,77 @@ def test_help_of_every_command(command, capsys):
     assert out.startswith("usage: swapprune")
     if command[:1] in (["prune"], ["--budget"]):
         assert "(default: 64)" in out and "--no-eval" in out and "--quick" in out
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """``swapprune run --schema | head -5``: the pipe closes, the command stops quietly."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swapprune", "run", "--schema"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141  # as a tool killed by SIGPIPE
+    assert err == "", err
+
+
+def test_the_quick_flag_says_the_settings_it_sets(capsys):
+    """Only the settings this command has, each by its flag (prune has no --bootstrap)."""
+    from swapprune.config import QUICK
+
+    assert main(["prune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    said = text.split("--quick a first look, quicker than the defaults: ", 1)[1]
+    assert said.startswith("--prompts 16, --tokens 64, --tranche 8, --heldout-tokens 128,")
+    assert "bootstrap" not in said.split("(explicit flags win)")[0]
+    assert QUICK["score.bootstrap"] == 200
+    assert main(["score", "--help"]) == 0
+    assert "--bootstrap 200" in " ".join(capsys.readouterr().out.split())
+
+
+def test_no_certify_says_what_it_does(capsys):
+    assert main(["prune", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--no-certify keep the criterion's own choice without certifying it" in text
+    assert "skip: certify" not in text
+
+
+@pytest.mark.parametrize(
+    "command, kept",
+    [
+        ("prune", "partial files removed; no checkpoint written, {out} is as it was"),
+        ("score", "partial files removed; nothing was written"),
+    ],
+)
+def test_an_interrupted_command_says_what_it_kept_and_where(
+    model_dir, tmp_path, capsys, monkeypatch, command, kept
+):
+    import swapprune.pipeline.stages as stages
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "load", stop)
+    out = tmp_path / ("out" if command == "prune" else "s.json")
+    extra = ["--budget", "1"] if command == "prune" else []
+    argv = [command, "--model", model_dir, "--output", str(out), "--no-progress", *extra]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"swapprune: interrupted; {kept.format(out=out)}"]
+
+
+def test_an_interrupted_score_names_the_file_it_resumes_from(model_dir, tmp_path, capsys):
+    from swapprune.cli import build_parser, kept_on_interrupt
+
+    out = tmp_path / "s.json"
+    args = build_parser().parse_args(["score", "--model", model_dir, "--output", str(out)])
+    assert kept_on_interrupt(args) == "partial files removed; nothing was written"
+    out.write_text("{}")  # what a flush leaves
+    assert kept_on_interrupt(args) == (
+        f"partial files removed; the probes finished so far are in {out}, and the same "
+        "command resumes from them"
+    )

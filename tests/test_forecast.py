@@ -122,7 +122,11 @@ def test_python_api_and_the_modifier_log(capsys):
     swapprune.prune(
         tiny_model("llama"), tiny_tokenizer(), budget=1, prompts=4, tokens=32, say=said.append
     )
-    assert said and said[0].startswith("[estimate] interchange, 1 of 6 blocks")
+    estimates = [line for line in said if line.startswith("[estimate]")]
+    assert estimates[0].startswith("[estimate] interchange, 1 of 6 blocks")
+    # and the stage lines the command line prints, the estimate before the selection
+    assert said.index(estimates[0]) < said.index("[select] ...")
+    assert any(line.startswith("[select] done in ") for line in said)
     try:
         from swapprune.integrations import llmcompressor
     except ImportError:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from pathlib import Path
 from math import comb
+from pathlib import Path
 
 import numpy as np
 import pytest

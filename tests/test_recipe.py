@@ -158,3 +158,49 @@ def test_tiny_prune_heal_quantize_export(tiny_dir, tmp_path):
     again, _ = load_quantized(out / "quantized")
     with torch.no_grad():
         torch.testing.assert_close(again(ids).logits, res.model(ids).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_recipe_that_cuts_prints_the_prune_summary_and_one_next(tiny_dir, tmp_path, capsys):
+    """The certificate, the cost with its CIs, and one next: line, written as the recipe's own
+    command with --set overrides that load (the cost warning fires at this threshold)."""
+    import shlex
+
+    path = tmp_path / "r.yaml"
+    data = {
+        "model": {"name": tiny_dir},
+        "calibration": {"prompts": 4, "tokens": 32},
+        "prune": {"budget": 2, "heldout_prompts": 4, "heldout_tokens": 64},
+        "cost": {"windows": 2, "threshold": 1e-6, "generative": False},
+        "export": {"output": str(tmp_path / "run"), "selfcheck": False},
+    }
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["run", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("removed blocks ") and " of 6 by interchange/greedy" in out[0]
+    assert any(line.startswith("certificate: ") for line in out)
+    cost = next(line for line in out if line.startswith("cost: WikiText-2 perplexity"))
+    assert "dPPL" in cost and "[" in cost and "(first 2 of " in cost
+    assert any(line.startswith("warning: this cut raises perplexity") for line in out)
+    nexts = [line for line in out if line.startswith("next: ")]
+    assert len(nexts) == 1
+    argv = shlex.split(nexts[0].removeprefix("next: "))
+    assert argv[:3] == ["swapprune", "run", str(path)]
+    overrides = [argv[k + 1] for k in range(3, len(argv), 2)]
+    assert all(argv[k] == "--set" for k in range(3, len(argv), 2))
+    again = load_recipe(path, overrides)
+    assert again.prune.protocol != "interchange" or again.prune.patch == "linear"
+    assert again.export.output != data["export"]["output"]  # its own directory
+
+
+def test_the_recipe_writer_sets_only_what_changed(tiny_dir, tmp_path):
+    from swapprune.cli.argv import prune_config
+    from swapprune.cli.recipe import recipe_writer
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(tiny_recipe(tiny_dir, tmp_path / "run")))
+    cfg = load_recipe(path, ["heal.steps=5"])
+    line = recipe_writer(str(path), ["heal.steps=5"], cfg)(prune_config(cfg, 1, "auto"))
+    assert line == (
+        f"swapprune run {path} --set heal.steps=5 --set prune.budget=1 --set prune.protocol=auto "
+        "--set export.output=llama-auto-1"
+    )

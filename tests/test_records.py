@@ -281,7 +281,7 @@ def test_the_records_sentences():
     )
     assert Compute().summary() == "compute: 0 block evaluations [0 block-tokens]"
     assert adaptive().summary() == (
-        "adaptive calibration: 8 windows, 1 rounds, 40 pair-window probes; stopped: certified"
+        "adaptive calibration: 8 windows, 1 round, 40 pair-window probes; stopped: certified"
     )
     assert serve(chosen=(5, 7)).summary() == (
         "serve: [5, 7] keeps llama.cpp, transformers-gguf in phase (1 of 28 removal sets of 2 are)"

@@ -30,6 +30,8 @@ from swapprune.errors import SwappruneError
 
 #: Offset of the held-out pick's seed from the scoring windows' (a different stream).
 SEED_OFFSET = 1_000_003
+#: What gives the held-out windows enough text, as the refusal names it.
+FIX = "lower --heldout-prompts (at least 4) or --heldout-tokens, or give a longer --heldout-calib"
 
 
 def heldout_windows(
@@ -39,6 +41,7 @@ def heldout_windows(
     tokens: int,
     seed: int,
     avoid: Sequence[Calibration] = (),
+    fix: str = FIX,
 ) -> Calibration:
     """``prompts`` windows of ``tokens`` tokens of ``source`` that share no token with ``avoid``.
 
@@ -49,6 +52,7 @@ def heldout_windows(
         seed: the pick's seed.
         avoid: windows to stay clear of (the scoring windows, other held-out windows),
             by their ``spans``; windows of another source are disjoint by construction.
+        fix: the settings that fix a source too short, for the refusal.
 
     Raises:
         SwappruneError: the source has too few windows outside the scoring ones.
@@ -65,7 +69,7 @@ def heldout_windows(
             )
         forbidden += cal.spans
     if Path(source).suffix == ".jsonl":
-        return _from_records(Path(source), tokenizer, prompts, tokens, forbidden)
+        return _from_records(Path(source), tokenizer, prompts, tokens, forbidden, fix)
     bos = bos_ids(tokenizer)
     body = tokens - len(bos)
     ids = encode(tokenizer, source_text(source), add_special_tokens=False)
@@ -73,9 +77,8 @@ def heldout_windows(
     free = [k for k in range(len(ids) // body) if not _hits(k * body, (k + 1) * body, spans)]
     if len(free) < prompts:
         raise SwappruneError(
-            f"held-out source {source} has {len(free)} windows of {tokens} tokens outside "
-            f"the scoring windows, {prompts} asked; lower --heldout-prompts or "
-            "--heldout-tokens, or give another --heldout-calib"
+            f"held-out source {source} has {len(free)} window{'s' if len(free) != 1 else ''} "
+            f"of {tokens} tokens outside the scoring windows, {prompts} asked; {fix}"
         )
     rng = np.random.default_rng(seed + SEED_OFFSET)
     starts = np.sort(rng.choice(free, size=prompts, replace=False)) * body
@@ -93,14 +96,16 @@ def _hits(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
     return any(s < end and start < e for s, e in spans)
 
 
-def _from_records(path: Path, tokenizer, prompts: int, tokens: int, used) -> Calibration:
+def _from_records(
+    path: Path, tokenizer, prompts: int, tokens: int, used, fix: str = FIX
+) -> Calibration:
     """Records the scoring windows did not use, each with at least ``tokens`` tokens."""
     taken = {a for a, _ in used}
     every = windows_from_jsonl(path, tokenizer, None, tokens, skip=taken)
     if every.input_ids.shape[0] < prompts:
         raise SwappruneError(
             f"held-out source {path} has {every.input_ids.shape[0]} unused records of "
-            f"{tokens} tokens, {prompts} asked; lower --heldout-prompts or --heldout-tokens"
+            f"{tokens} tokens, {prompts} asked; {fix}"
         )
     assert every.spans is not None
     return Calibration(every.input_ids[:prompts], str(path), 0, every.spans[:prompts])

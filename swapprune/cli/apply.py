@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from swapprune.cli.options import add_common, add_section, section_from
-from swapprune.cli.prune import add_cost, cost_from
+from swapprune.cli.prune import add_cost, cost_from, kept_on_interrupt
 from swapprune.config import ExportConfig, ModelConfig, RunConfig, SelectConfig
 
 EPILOG = """example:
   swapprune apply --plan pruned/plan.json --model smollm2-135m --output again/"""
+
+
+__all__ = ["add_arguments", "kept_on_interrupt", "run"]
 
 
 def add_arguments(p) -> None:

@@ -134,8 +134,8 @@ def default_output(model: str, protocol: str, budget: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}-{protocol}-{budget}"
 
 
-def prune_command(cfg, budget: int, protocol: str | None = None, **prune: Any) -> str:
-    """The prune command of ``cfg`` at another budget (or criterion), into its own directory.
+def prune_config(cfg, budget: int, protocol: str | None = None, **prune: Any):
+    """The run of ``cfg`` at another budget (or criterion), into its own directory.
 
     ``prune``: further selection fields to change. For a run that applied a plan
     (``apply``), a fresh selection by ``protocol``.
@@ -146,4 +146,9 @@ def prune_command(cfg, budget: int, protocol: str | None = None, **prune: Any) -
     protocol = protocol or sel.protocol
     out = default_output(cfg.model.name, protocol, budget)
     values = dataclasses.asdict(sel) | {"budget": budget, "protocol": protocol, **prune}
-    return command_line(changed(cfg, prune=values, export={"output": out, "overwrite": False}))
+    return changed(cfg, prune=values, export={"output": out, "overwrite": False})
+
+
+def prune_command(cfg, budget: int, protocol: str | None = None, **prune: Any) -> str:
+    """The prune command of :func:`prune_config`."""
+    return command_line(prune_config(cfg, budget, protocol, **prune))

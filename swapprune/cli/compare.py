@@ -51,6 +51,16 @@ def add_arguments(p) -> None:
     add_common(p)
 
 
+def kept_on_interrupt(args) -> str | None:
+    """The cells measured so far stay in the output's cache, which the same command reuses."""
+    from pathlib import Path
+
+    cache = Path(getattr(args, "compare.output")) / "cache"
+    if cache.is_dir() and any(cache.iterdir()):
+        return f"partial files removed; the cells finished so far are in {cache}, and the same command reuses them"
+    return None
+
+
 def run(args) -> int:
     from pathlib import Path
 

@@ -10,10 +10,11 @@ its own) prints no "next:" line.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swapprune.cli.argv import changed, command_line, default_output, prune_command
+from swapprune.cli.argv import changed, command_line, default_output, prune_command, prune_config
 from swapprune.config import QUICK, EvalConfig, ModelConfig, RunConfig, SelectConfig
 from swapprune.config.fields import default_of
 from swapprune.pipeline.record import Wording
@@ -21,6 +22,10 @@ from swapprune.studies.compare import quick_job, quick_limit
 
 if TYPE_CHECKING:
     from swapprune.pipeline.stages import NextCut
+
+#: Writes a run as the command that runs it: a ``swapprune`` command line (the default), or
+#: a recipe's ``--set`` overrides (:func:`swapprune.cli.recipe.recipe_writer`).
+Write = Callable[[RunConfig], str]
 
 #: Tasks the evaluation after a prune suggests: the matched contract, about a minute on a CPU.
 EVAL_TASKS = ["wikitext2_ppl"]
@@ -41,7 +46,7 @@ def eval_pruned(cfg: RunConfig, out: Path, context: int | None = None) -> str:
     return command_line(run, "eval", extra=("--baseline", cfg.model.name))
 
 
-def heldout_rerun(cfg: RunConfig, out: Path, windows: int) -> str:
+def heldout_rerun(cfg: RunConfig, out: Path, windows: int, write: Write = command_line) -> str:
     """The cut certified again on more held-out windows, on the probes already measured."""
     assert cfg.prune is not None
     scores = out / "scores.json"
@@ -50,14 +55,16 @@ def heldout_rerun(cfg: RunConfig, out: Path, windows: int) -> str:
         prune={"heldout_prompts": windows, **({"scores": str(scores)} if scores.is_file() else {})},
         export={"output": f"{out}-heldout{windows}", "overwrite": False},
     )
-    return command_line(run)
+    return write(run)
 
 
 #: The criterion that produces a set of each independent source; others: ``auto``.
 SOURCE_CRITERION = {"bi": "bi"}
 
 
-def better_cut(cfg: RunConfig, best: dict | None = None, patch: bool = False) -> str:
+def better_cut(
+    cfg: RunConfig, best: dict | None = None, patch: bool = False, write: Write = command_line
+) -> str:
     """The command most likely to give a cheaper cut at the same budget.
 
     ``best``: the certificate's cheaper independent alternative, produced by its own
@@ -78,17 +85,18 @@ def better_cut(cfg: RunConfig, best: dict | None = None, patch: bool = False) ->
     linear = patch and sel.op == "remove" and sel.patch == "none"
     extra = {"patch": "linear"} if linear else {}
     if protocol == sel.protocol and not linear:
-        return prune_command(cfg, max(1, sel.budget // 2), None)
-    return prune_command(cfg, sel.budget, protocol, strategy=None, scores=None, **extra)
+        return write(prune_config(cfg, max(1, sel.budget // 2), None))
+    return write(prune_config(cfg, sel.budget, protocol, strategy=None, scores=None, **extra))
 
 
-def advice(res) -> str:
+def advice(res, write: Write = command_line) -> str:
     """The one ``next:`` of a prune summary: the command most likely to give a better cut.
 
     The certificate's cheaper independent alternative, or a cut above the cost warning:
     :func:`better_cut` (with a linear patch for the latter). An applied plan that costs too
     much: a fresh selection at half its budget. A cut that is not certified for want of
     evidence: the same cut on twice the held-out windows. Otherwise: evaluate it.
+    ``write`` writes a run that cuts again (a recipe's: its ``--set`` overrides).
     """
     from swapprune.select.certificate import OWN
 
@@ -100,15 +108,15 @@ def advice(res) -> str:
         best = None
     selecting = cfg.prune is not None and cfg.prune.plan is None
     if selecting and (best is not None or warned):
-        return better_cut(cfg, best, patch=warned)
+        return better_cut(cfg, best, patch=warned, write=write)
     if warned:
         from swapprune.pipeline.stages import cheaper_cut as next_cut
 
         cut = next_cut(cfg, plan)
         if cut is not None:
-            return cheaper_cut(cfg, cut)
+            return cheaper_cut(cfg, cut, write)
     if selecting and cert is not None and not cert.certified:
-        return heldout_rerun(cfg, out, 2 * cert.windows)
+        return heldout_rerun(cfg, out, 2 * cert.windows, write)
     context = None
     if res.model is not None:
         from swapprune.model.arch import context_length
@@ -192,11 +200,11 @@ def _base_of(model: str) -> str | None:
         return None
 
 
-def cheaper_cut(config: RunConfig, cut: NextCut) -> str:
+def cheaper_cut(config: RunConfig, cut: NextCut, write: Write = command_line) -> str:
     """The command of a cheaper cut (:func:`swapprune.pipeline.stages.cheaper_cut`): the run's
     own configuration at its budget, criterion and patch, into its own directory."""
     extra = {"patch": cut.patch} if cut.patch is not None else {}
-    return prune_command(config, cut.budget, cut.protocol, **extra)
+    return write(prune_config(config, cut.budget, cut.protocol, **extra))
 
 
 def wording(quick: str = "--quick") -> Wording:

@@ -129,7 +129,8 @@ def add_section(
         if tp is bool:
             if default:
                 kwargs.update(action="store_false", default=True)
-                kwargs["help"] = f"skip: {kwargs['help']}"
+                off = meta.get("off")
+                kwargs["help"] = off.replace("%", "%%") if off else f"skip: {kwargs['help']}"
             else:
                 kwargs.update(action="store_true", default=False)
         else:
@@ -205,9 +206,14 @@ def add_common(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     g = parser.add_argument_group("run")
     g.add_argument("--no-progress", action="store_true", help="hide progress bars and stage lines")
     if quick:
-        shown = ", ".join(f"{k.split('.')[1]} {v}" for k, v in QUICK.items())
+        # The settings this command has (another command's, e.g. score's bootstrap, do not
+        # apply here), each named by its flag.
+        flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+        shown = ", ".join(f"{flags[k]} {v}" for k, v in QUICK.items() if k in flags)
         g.add_argument(
-            "--quick", action="store_true", help=f"a fast first look: {shown} (explicit flags win)"
+            "--quick",
+            action="store_true",
+            help=f"a first look, quicker than the defaults: {shown} (explicit flags win)",
         )
 
 

@@ -68,6 +68,14 @@ def config_from(args) -> RunConfig:
     )
 
 
+def kept_on_interrupt(args) -> str:
+    """A stopped prune writes no checkpoint: its output directory is as the run found it."""
+    out = getattr(args, "export.output") or default_output(
+        getattr(args, "model.name"), getattr(args, "prune.protocol"), getattr(args, "prune.budget")
+    )
+    return f"partial files removed; no checkpoint written, {out} is as it was"
+
+
 def run(args) -> int:
     from swapprune.cli import next_steps, say_to_stderr
     from swapprune.cli.summary import print_prune_summary

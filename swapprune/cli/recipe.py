@@ -62,5 +62,46 @@ def run(args) -> int:
         command=command,
         wording=next_steps.wording(quick=next_steps.recipe_quick(cfg)),
     )
-    print_run_summary(res)
+    print_run_summary(res, recipe_writer(args.recipe, args.overrides, cfg))
     return 0
+
+
+#: The sections a cut suggested after a recipe run may change.
+CUT_SECTIONS = ("calibration", "prune", "cost", "export")
+
+
+def recipe_writer(recipe: str, overrides: list[str], cfg):
+    """Writes a run that differs from the recipe's ``cfg`` in its cut as the recipe's command:
+    its own ``--set`` overrides, then one for each field that differs (later ones win)."""
+    import dataclasses
+    import shlex
+
+    def write(new) -> str:
+        sets = list(overrides)
+        for name in CUT_SECTIONS:
+            old, now = getattr(cfg, name), getattr(new, name)
+            if now is None:
+                if old is not None:
+                    sets.append(f"{name}=null")
+                continue
+            for f in dataclasses.fields(now):
+                value = getattr(now, f.name)
+                if old is None or getattr(old, f.name) != value:
+                    sets.append(f"{name}.{f.name}={yaml_value(value)}")
+        argv = ["swapprune", "run", recipe]
+        for item in sets:
+            argv += ["--set", item]
+        return shlex.join(argv)
+
+    return write
+
+
+def yaml_value(value) -> str:
+    """``value`` as ``--set`` reads it (YAML): plain text when it reads back as itself."""
+    import json
+
+    import yaml
+
+    if isinstance(value, str) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)

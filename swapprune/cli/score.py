@@ -19,6 +19,14 @@ def add_arguments(p) -> None:
     add_common(p, quick=True)
 
 
+def kept_on_interrupt(args) -> str | None:
+    """The probes flushed so far stay in the output file, which the same command resumes."""
+    out = getattr(args, "score.output", None)
+    if out and Path(out).is_file():
+        return f"partial files removed; the probes finished so far are in {out}, and the same command resumes from them"
+    return None
+
+
 def run(args) -> int:
     from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_score_summary

@@ -29,66 +29,74 @@ def _regime_line(summary: dict) -> str | None:
 
 
 def print_prune_summary(res) -> None:
+    """The cut, what it cost and how far to trust it, the checkpoint, and one ``next:``."""
+    for line in [*cut_lines(res), *checkpoint_lines(res)]:
+        print(line)
+    print(f"checkpoint: {res.output}")
+    print(f"next: {next_steps.advice(res)}")
+
+
+def cut_lines(res) -> list[str]:
+    """The cut and its records (``auto``'s decision or the regime, adaptive calibration, the
+    certificate, stability, compute), then its cost with CIs and the cost warning."""
     plan = res.plan
-    if plan.op == "merge":
-        print(
-            f"merged blocks {plan.merged} of {plan.num_layers} by {plan.protocol}/"
-            f"{plan.strategy}; kept {len(plan.kept)}"
-        )
-    else:
-        print(
-            f"removed blocks {plan.removed} of {plan.num_layers} by {plan.protocol}/"
-            f"{plan.strategy}; kept {len(plan.kept)}"
-        )
+    done = "merged" if plan.op == "merge" else "removed"
+    blocks = plan.merged if plan.op == "merge" else plan.removed
+    out = [
+        f"{done} blocks {blocks} of {plan.num_layers} by {plan.protocol}/{plan.strategy}; "
+        f"kept {len(plan.kept)}"
+    ]
     records = plan.records
     if records.auto is not None:
-        for line in records.auto.lines():
-            print(line)
+        out += records.auto.lines()
     elif res.scores is not None and res.scores.pairs:
         regime = _regime_line(res.scores.to_dict()["summary"])
         if regime:
-            print(regime)
+            out.append(regime)
     adaptive = records.tranches
     if adaptive is not None:
-        print(adaptive.summary())
+        out.append(adaptive.summary())
         if adaptive.stop_note:
-            print(f"  note: {adaptive.stop_note}")
+            out.append(f"  note: {adaptive.stop_note}")
     cert = records.certificate
     if isinstance(cert, CertificateSkipped):
-        print(f"certificate: not measured ({cert.reason})")
+        out.append(f"certificate: not measured ({cert.reason})")
     elif cert is not None:
-        print(cert.summary())
+        out.append(cert.summary())
     if records.stability is not None:
-        print(records.stability.summary())
+        out.append(records.stability.summary())
         warning = records.stability_warning()
         if warning:
-            print(warning)
+            out.append(warning)
     if records.compute is not None:
-        print(records.compute.summary())
+        out.append(records.compute.summary())
     cost = res.metrics.get("cost")
     if cost:
-        print(cost["summary"])
+        out += cost["summary"].splitlines()
         if cost.get("warning"):
-            print(cost["warning"])
+            out.append(cost["warning"])
+    return out
+
+
+def checkpoint_lines(res) -> list[str]:
+    """The self-check, the serving lines (``--serve``, ``model.gguf``) and the time taken."""
+    out = []
     sc = res.metrics.get("selfcheck") or {}
     if sc.get("skipped"):
-        print("self-check: skipped")
+        out.append("self-check: skipped")
     elif sc:
-        print(
+        out.append(
             f"self-check: reload logits max diff {sc.get('logits_max_abs_diff', 'n/a'):.3g}, "
             f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
             f"({sc.get('wall_s', 0):.1f}s)"
         )
     from swapprune.serving.report import summary_lines
 
-    for line in summary_lines(res.metrics, plan):  # the --serve constraint, model.gguf, serving
-        print(line)
-    out = res.output
+    out += summary_lines(res.metrics, res.plan)  # the --serve constraint, model.gguf, serving
     estimate = (res.metrics.get("estimate") or {}).get("prune")
     if estimate and "seconds" in estimate:
-        print(time_line(res.metrics, estimate))
-    print(f"checkpoint: {out}")
-    print(f"next: {next_steps.advice(res)}")
+        out.append(time_line(res.metrics, estimate))
+    return out
 
 
 def print_score_summary(res, resumed: bool, top: int = 5) -> None:
@@ -161,19 +169,45 @@ def both_sides(verdict) -> str:
     return label
 
 
-def print_run_summary(res) -> None:
+def print_run_summary(res, write: next_steps.Write | None = None) -> None:
+    """A recipe's summary: a cut is said as the prune command says it (the certificate, the
+    CIs, one ``next:``, written by ``write``), then each point's costs and the recovery."""
     m = res.metrics
-    if res.plan is not None:
+    cutting = res.plan is not None and res.config.prune is not None
+    if cutting:
+        for line in cut_lines(res):
+            print(line)
+    elif res.plan is not None:
         print(f"plan: {res.plan.describe()}")
     for point, costs in m.get("costs", {}).items():
         if costs:
-            print(f"{point}: " + ", ".join(f"{k} {v:.4g}" for k, v in costs.items()))
+            print(f"{point}: " + ", ".join(_point_cost(res, point, k, v) for k, v in costs.items()))
     rec = m.get("recovery") or {}
     if rec.get("primary"):
         f = rec[rec["primary"]]["fraction"]
         print(f"recovered fraction ({rec['primary']}): " + (f"{f:.3f}" if f is not None else "n/a"))
+    if cutting:
+        for line in checkpoint_lines(res):
+            print(line)
     if res.output is not None:
         print(f"run directory: {res.output}")
+    if cutting and res.output is not None:
+        print(f"next: {next_steps.advice(res) if write is None else next_steps.advice(res, write)}")
+
+
+def _point_cost(res, point: str, metric: str, value: float) -> str:
+    """``wikitext2_ppl 25.5 (23 windows)``: a perplexity with the windows it was measured on,
+    which differ between commands (the cost check's first windows, the whole contract)."""
+    windows = None
+    if metric == "heldout_ppl" and res.config.heal is not None:
+        windows = res.config.heal.heldout
+    elif metric == "wikitext2_ppl":
+        from swapprune.evaluation.names import WIKITEXT2_PPL
+
+        result = res.eval.get(point)
+        task = result.tasks.get(WIKITEXT2_PPL) if result is not None else None
+        windows = len(task.unit_ids) if task is not None else None
+    return f"{metric} {value:.4g}" + (f" ({windows} windows)" if windows else "")
 
 
 def time_line(metrics: dict, estimate: dict) -> str:

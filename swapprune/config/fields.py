@@ -31,6 +31,7 @@ def opt(
     cli: bool = True,
     metavar: str | None = None,
     required: bool = False,
+    off: str | None = None,
 ) -> Any:
     """A config field with the metadata the CLI and the recipe schema read.
 
@@ -43,8 +44,17 @@ def opt(
         metavar: the placeholder shown in ``--help``.
         required: required in practice although the dataclass has a default (checked by
             the section's ``check``; shown as REQUIRED in the schema).
+        off: for a switch that is on by default, the help of the flag that turns it off
+            (``--no-NAME``; default: ``skip:`` and ``help``).
     """
-    meta = {"help": help, "flag": flag, "cli": cli, "metavar": metavar, "required": required}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "cli": cli,
+        "metavar": metavar,
+        "required": required,
+        "off": off,
+    }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

@@ -26,14 +26,17 @@ from swapprune.config.sections import (
 from swapprune.config.select import SelectConfig
 from swapprune.errors import SwappruneError
 
-#: ``--quick``: settings that give a first look at the demo model in a few minutes on
-#: 2 shared CPU cores (``section.field`` -> value; explicit settings win on the command line).
+#: ``--quick``: a first look, quicker than the defaults (``section.field`` -> value; explicit
+#: settings win on the command line). Most of a selection's time is the certificate's
+#: evaluations on its held-out windows, so those are 128 tokens long instead of 512; the
+#: times of both are in eval/BENCHMARKS.md.
 QUICK = {
     "calibration.prompts": 16,
     "calibration.tokens": 64,
+    "calibration.tranche": 8,
+    "prune.heldout_tokens": 128,
     "score.bootstrap": 200,
     "cost.windows": 4,
-    "calibration.tranche": 8,
 }
 
 

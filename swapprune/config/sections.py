@@ -186,7 +186,11 @@ class QuantizeConfig:
         "the LM head, often tied to the embeddings)",
         factory=lambda: ["lm_head"],
     )
-    selfcheck: bool = opt(True, "reload the saved model and compare logits before keeping it")
+    selfcheck: bool = opt(
+        True,
+        "reload the saved model and compare logits before keeping it",
+        off="keep the quantized model without reloading it to compare logits",
+    )
 
     def check(self) -> None:
         choice("quantization scheme", self.scheme, SCHEMES)
@@ -269,7 +273,11 @@ class ExportConfig:
     )
     save_dtype: str | None = opt(None, "dtype of the saved weights (default: as loaded)")
     overwrite: bool = opt(False, "replace an output directory that swapprune wrote earlier")
-    selfcheck: bool = opt(True, "reload + logits + cached-generation check before the rename")
+    selfcheck: bool = opt(
+        True,
+        "reload + logits + cached-generation check before the rename",
+        off="write the checkpoint without reloading it to compare logits and cached generation",
+    )
     gguf: str = opt(
         "auto",
         "also write model.gguf, the kept blocks' tensors copied in the source's quantization: "

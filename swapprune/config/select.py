@@ -64,6 +64,8 @@ class SelectConfig:
         True,
         "certify the cut: its regret against the plausible alternatives, measured on "
         "held-out windows (and keep a challenger that is clearly better)",
+        off="keep the criterion's own choice without certifying it: no held-out windows are "
+        "measured for it (--protocol auto still measures its own search on them)",
     )
     certify_sets: int = opt(
         6, "certificate: at most this many plausible sets, the chosen one included"

@@ -46,6 +46,7 @@ from swapprune.engine.orders import PAIR_PROBES, parse_pairs, parse_protocols
 from swapprune.engine.probes import PartialUnit, ProbeEngine, Unit
 from swapprune.engine.resume import incomplete_record, resume
 from swapprune.engine.scores import ScoreResult
+from swapprune.entry import entry_point
 from swapprune.errors import SwappruneError, unknown_name
 from swapprune.model.fingerprint import model_fingerprint
 from swapprune.model.stack import decoder_stack
@@ -65,6 +66,14 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="unit", disable=not enabled, dynamic_ncols=True)
 
 
+def _kept(*args, out=None, **kwargs) -> str | None:
+    """What a stopped scoring keeps: the units flushed to ``out``, which the same call resumes."""
+    if out is not None and Path(out).is_file():
+        return f"the probes finished so far are in {out}, and the same call resumes from them"
+    return None
+
+
+@entry_point(kept=_kept)
 def score(
     model: torch.nn.Module,
     tokenizer=None,

@@ -194,16 +194,23 @@ class ScoreResult:
         write_json_atomic(path, self.to_dict())
 
     @classmethod
-    def from_dict(cls, data: dict) -> ScoreResult:
-        """Read the JSON form back; anything malformed is a one-line :class:`SwappruneError`."""
+    def from_dict(cls, data: dict, path: str | os.PathLike | None = None) -> ScoreResult:
+        """Read the JSON form back; anything malformed is a one-line :class:`SwappruneError`.
+
+        Every value is checked as it is read: per-window values and the written distances
+        and CIs are KL divergences (numbers, never negative), each distance is its windows'
+        mean, and a recorded fingerprint has the fingerprint's fields. ``path``: the file,
+        named first in the message.
+        """
+        prefix = f"{path}: " if path is not None else ""
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else None
-            raise SwappruneError(f"not a swapprune scores file (schema {schema!r})")
+            raise SwappruneError(f"{prefix}not a swapprune scores file (schema {schema!r})")
         try:
             return cls._from_dict(data)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             what = f"missing {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
-            raise SwappruneError(f"malformed scores file: {what}") from None
+            raise SwappruneError(f"{prefix}malformed scores file: {what}") from None
 
     @classmethod
     def _from_dict(cls, data: dict) -> ScoreResult:
@@ -213,9 +220,11 @@ class ScoreResult:
             if k not in ("schema", "pairs", "deletion", "summary", "bootstrap", "kl")
         }
         layers = _index(meta.get("num_layers"), "num_layers", 1, None)
+        _fingerprint(meta.get("fingerprint"), layers)
         boot = data["bootstrap"]
         n_boot = _index(boot["resamples"], "bootstrap resamples", 1, None)
         res = cls(meta=meta, n_boot=n_boot, seed=_index(boot["seed"], "bootstrap seed", 0, None))
+        summaries: list[tuple[dict, str, float]] = []
         for row in data["pairs"]:
             i, j = (_index(row[k], f"pair {k}", 0, layers - 1) for k in ("i", "j"))
             if not i < j:
@@ -224,17 +233,23 @@ class ScoreResult:
             if "replacement" in row:
                 a, b = row["replacement"]["per_window"]
                 v["repl_ij"], v["repl_ji"] = _array(a), _array(b)
+                ma, mb = float(_mean(v["repl_ij"])), float(_mean(v["repl_ji"]))
+                summaries.append((row["replacement"], f"pair {i}-{j}'s replacement", max(ma, mb)))
             if "interchange" in row:
                 v["inter"] = _array(row["interchange"]["per_window"])
+                what = f"pair {i}-{j}'s interchange"
+                summaries.append((row["interchange"], what, _mean(v["inter"])))
             res.pairs[(i, j)] = v
         for row in data.get("deletion", []):
-            res.deletion[_index(row["layer"], "deletion layer", 0, layers - 1)] = _array(
-                row["per_window"]
-            )
+            layer = _index(row["layer"], "deletion layer", 0, layers - 1)
+            res.deletion[layer] = _array(row["per_window"])
+            summaries.append((row, f"block {layer}'s deletion", _mean(res.deletion[layer])))
         lengths = {len(x) for v in res.pairs.values() for x in v.values()}
         lengths |= {len(x) for x in res.deletion.values()}
         if len(lengths) > 1:
             raise ValueError(f"per-window values of different lengths {sorted(lengths)}")
+        for row, what, mean in summaries:  # once the windows they summarise are known sound
+            _summary(row, what, float(mean))
         return res
 
     @classmethod
@@ -243,17 +258,99 @@ class ScoreResult:
             data = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise SwappruneError(f"cannot read scores file {path}: {e}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(data, path)
+
+
+#: The most negative value a KL divergence computed in float64 can round to.
+KL_FLOOR = -1e-9
+#: The fields of a model fingerprint (:func:`swapprune.model.fingerprint.model_fingerprint`).
+FINGERPRINT_KEYS = ("config", "weights", "dtype", "num_layers")
+
+
+def _number(value, what: str) -> float:
+    """A finite number from JSON, or a ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} {value!r} is not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} {value!r} is not finite")
+    return float(value)
+
+
+def _kl(value, what: str) -> float:
+    """A KL divergence from JSON: a finite number, never below zero."""
+    x = _number(value, what)
+    if x < KL_FLOOR:
+        raise ValueError(f"{what} {value!r} is negative, which no KL divergence is")
+    return x
 
 
 def _array(values: list) -> np.ndarray:
-    """Per-window values from JSON (``null`` -> ``nan``); anything else than numbers is refused."""
+    """Per-window values from JSON (``null`` -> ``nan``): KL divergences, or refused."""
     if not isinstance(values, list):
         raise ValueError(f"per-window values must be a list, got {type(values).__name__}")
     for v in values:
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise ValueError(f"per-window value {v!r} is not a number")
+        if v is not None:
+            _kl(v, "per-window value")
     return np.asarray([np.nan if v is None else v for v in values], dtype=float)
+
+
+def _summary(row: dict, what: str, mean: float) -> None:
+    """A probe's written summary: a KL distance equal to its per-window values' mean, and a CI
+    of two numbers in order. The selection reads the per-window values; a distance that
+    differs from them is a file edited or damaged, which would be used silently otherwise."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{what} must be an object, got {type(row).__name__}")
+    unmeasured = math.isnan(mean)  # no window measured: the summary is nan (NaN in the JSON)
+
+    def value(x, name: str) -> float:
+        if unmeasured and isinstance(x, float) and math.isnan(x):
+            return x
+        return _kl(x, name)
+
+    if "distance" in row:
+        d = value(row["distance"], f"{what} distance")
+        if unmeasured != math.isnan(d) or (
+            not unmeasured and abs(d - mean) > 1e-6 * max(1.0, abs(mean))
+        ):
+            raise ValueError(
+                f"{what} distance {d:.6g} is not the mean of its per-window values ({mean:.6g})"
+            )
+    if "ci" in row:
+        ci = row["ci"]
+        if not isinstance(ci, list) or len(ci) != 2:
+            raise ValueError(f"{what} ci must be two numbers, got {ci!r}")
+        lo, hi = (value(x, f"{what} ci bound") for x in ci)
+        if lo > hi:
+            raise ValueError(f"{what} ci [{lo:.6g}, {hi:.6g}] is not in order")
+
+
+def _fingerprint(value, layers: int) -> None:
+    """A recorded model fingerprint: absent (an older file), or its four fields in shape."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"fingerprint must be an object, got {value!r}")
+    unknown = sorted(set(value) - set(FINGERPRINT_KEYS))
+    missing = [k for k in ("config", "weights") if k not in value]
+    if unknown or missing:
+        raise ValueError(
+            f"fingerprint {json.dumps(value)[:80]} is not a model fingerprint (fields "
+            f"{', '.join(FINGERPRINT_KEYS)})"
+        )
+    for key in ("config", "weights"):
+        digest = value[key]
+        if (
+            not isinstance(digest, str)
+            or not digest
+            or any(c not in "0123456789abcdef" for c in digest)
+        ):
+            raise ValueError(f"fingerprint {key} {digest!r} is not a hex digest")
+    if "dtype" in value and not isinstance(value["dtype"], str):
+        raise ValueError(f"fingerprint dtype {value['dtype']!r} is not a dtype name")
+    if "num_layers" in value and value["num_layers"] != layers:
+        raise ValueError(
+            f"fingerprint num_layers {value['num_layers']!r} is not the file's {layers} blocks"
+        )
 
 
 def _index(value, what: str, low: int, high: int | None) -> int:

@@ -78,8 +78,10 @@ class Cost:
 
     def summary(self) -> str:
         """The run summary's lines: the perplexity cost, then the generation's agreement."""
+        # Said every time: perplexity depends on the windows, so the same base model reads
+        # differently on the first 8 windows than on the whole contract (``swapprune eval``).
         part = (
-            ""
+            f" (all {self.windows} windows)"
             if self.windows == self.contract_windows
             else f" (first {self.windows} of {self.contract_windows} windows)"
         )

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from swapprune.entry import entry_point
 from swapprune.errors import SwappruneError
 from swapprune.gguf import convert as gguf
 from swapprune.model.source import ALIASES, ModelSource, check_resolvable, resolve_source
@@ -67,6 +68,7 @@ def default_device(device: str | None) -> str:
     return "cuda"
 
 
+@entry_point()
 def load_model(
     spec: str,
     *,
@@ -177,3 +179,28 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SwappruneError(f"cannot load a tokenizer from {name!r}: {first}") from None
+
+
+def tokenizer_alone(source: ModelSource):
+    """The tokenizer of ``source`` read from files on this machine, without the weights, or
+    ``None`` when only loading the model gives it (a GGUF not yet converted into the cache
+    holds it among its tensors; a hub model's files not in the local cache)."""
+    if source.gguf_file:
+        assert source.gguf_path is not None
+        entry = gguf.lookup(source.gguf_path)
+        if entry is None:
+            return None
+        path = str(entry)
+    else:
+        path = source.path
+    from transformers import AutoTokenizer  # lazy: imports torch
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # a miss here is no error: the load reads it later
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception:  # any failure: the tokenizer is read with the model, and checked then
+        return None
+    finally:
+        hf_logging.set_verbosity(verbosity)

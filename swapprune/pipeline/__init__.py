@@ -4,6 +4,8 @@
 * :mod:`~swapprune.pipeline.checks`: every check that needs more than the configuration
   (registries, files, the hub, packages, the model's facts), once, before torch;
 * :mod:`~swapprune.pipeline.stages`: the stage functions;
+* :mod:`~swapprune.pipeline.windows`: the windows a run cuts from text (calibration,
+  held-out), with the tokenizer alone;
 * :mod:`~swapprune.pipeline.cut`: the cut sequence the run, the Python API and
   ``compare``'s cells share;
 * :mod:`~swapprune.pipeline.record`: how steps are run and said, and what a run records;

@@ -15,7 +15,9 @@ llm-compressor modifier, a recipe as it is read), before any weights load:
   the frozen :class:`~swapprune.select.spec.SelectionSpec` is built
   (:func:`selection_spec`).
 
-:func:`check` runs all of them for a run. Imports neither torch nor transformers.
+:func:`check` runs all of them for a run, without torch or transformers. A run then
+cuts its windows with the tokenizer alone (:func:`check_text`), so that a text too short
+for them is refused before the weights load too; only that check imports them.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from swapprune.config import (
     CalibrationConfig,
@@ -51,9 +55,26 @@ from swapprune.output.artifacts import (
     check_output_file,
     written_by_swapprune,
 )
+from swapprune.pipeline import windows
 from swapprune.select import constraints, criteria
 from swapprune.select.reuse import check_reused
 from swapprune.select.spec import SelectionSpec, adaptive_settings, build, resolve
+
+
+@dataclass(frozen=True)
+class TextWindows:
+    """The windows a selection runs on, cut before the weights load (:func:`check_text`).
+
+    Attributes:
+        calibration: the calibration windows (the pool, when probing in tranches).
+        heldout: the held-out windows (:class:`~swapprune.select.reference.Heldout`), or
+            ``None`` when the selection needs none.
+        context_length: the model's context they were cut for.
+    """
+
+    calibration: Any
+    heldout: Any
+    context_length: int | None
 
 
 @dataclass
@@ -82,9 +103,11 @@ def check(config: RunConfig, study: bool = False) -> Checked:
     facts = read_facts(config)
     selection = check_model(config, facts) if facts is not None else None
     p = config.prune
-    if selection is not None and p is not None and p.scores:
+    if p is not None and p.plan is None and p.scores:
         # Reading the file costs little next to loading the model that it would not fit.
-        check_reused(ScoreResult.load(p.scores), selection, p.scores, config)
+        scores = check_scores_file(p.scores, facts)
+        if selection is not None:
+            check_reused(scores, selection, p.scores, config)
     return Checked(facts, selection)
 
 
@@ -109,9 +132,11 @@ def check_config(config: RunConfig, study: bool = False) -> RunConfig:
         config.eval.tasks = resolve_tasks(config.eval.tasks)
         if config.eval.output is not None:
             check_output_file(config.eval.output, "--output")
+            check_writable(config.eval.output, "--output")
     if config.export is not None:
         x = config.export
         check_output_dir(x.output, x.overwrite, protect=_inputs(config))
+        check_writable(x.output, "--output")
         gguf_output(config)  # refuses --gguf on that cannot be met
     return config
 
@@ -130,8 +155,10 @@ def check_compare(compare: CompareConfig) -> None:
     compare.check()
     for entry in compare.criteria:
         _check_selection(cell_select(entry, compare.strategy), CalibrationConfig())
-    if compare.scores is not None and not Path(compare.scores).is_file():
-        raise SwappruneError(f"scores file {compare.scores} not found")
+    if compare.scores is not None:
+        if not Path(compare.scores).is_file():
+            raise SwappruneError(f"scores file {compare.scores} not found")
+        check_scores_file(compare.scores)
     out = Path(compare.output)
     check_name(out)
     if out.is_dir() and any(out.iterdir()):
@@ -144,6 +171,7 @@ def check_compare(compare: CompareConfig) -> None:
             raise SwappruneError(f"output directory {out} is not writable")
     else:
         check_output_dir(compare.output)
+    check_writable(compare.output, "--output")
 
 
 def check_validate(validate: ValidateConfig) -> None:
@@ -155,6 +183,7 @@ def check_validate(validate: ValidateConfig) -> None:
     if target not in ("wikitext2-test", "calibration") and not Path(target).is_file():
         raise SwappruneError(f"--target file {target} not found")
     check_output_dir(validate.output)
+    check_writable(validate.output, "--output")
 
 
 # -- the model's facts ---------------------------------------------------------------------
@@ -291,6 +320,90 @@ def _check_calibration(c: CalibrationConfig) -> None:
 def _check_score(s: ScoreConfig) -> None:
     if s.output is not None:
         check_output_file(s.output, "--output")
+        check_writable(s.output, "--output")
+
+
+# -- the text the windows are cut from ------------------------------------------------------
+
+
+def check_text(config: RunConfig, checked: Checked) -> TextWindows | None:
+    """Whether the texts hold the windows the run asks: the calibration windows of its
+    probes or selection, and the held-out windows of the certificate and of ``auto``'s
+    search outside them.
+
+    The one check that needs the tokenizer, so the run makes it after :func:`check`,
+    still before the weights load: the tokenizer is read alone, from the model's files,
+    and the windows are cut as the run would cut them (:mod:`swapprune.pipeline.windows`),
+    which the run then uses. ``None`` (nothing cut) when the run cuts no windows, the
+    facts are unknown, or the tokenizer comes only with the weights: the same refusals
+    then come right after the load, before any forward pass.
+    """
+    p, facts, spec = config.prune, checked.facts, checked.selection
+    selecting = p is not None and p.plan is None and spec is not None
+    if facts is None or not (selecting or config.score is not None):
+        return None
+    from swapprune.model.load import tokenizer_alone  # lazy: imports transformers
+
+    tokenizer = tokenizer_alone(resolve_source(config.model.name))
+    if tokenizer is None:
+        return None
+    ctx = facts.context_length
+    calibration = windows.calibration(config, tokenizer, ctx)
+    heldout = None
+    if selecting:
+        assert p is not None
+        tokens = heldout_tokens(p, ctx)
+        heldout = windows.heldout(config, spec, tokenizer, tokens, calibration)
+    return TextWindows(calibration, heldout, ctx)
+
+
+# -- a scores file to reuse -----------------------------------------------------------------
+
+
+def check_scores_file(path: str, facts: ModelFacts | None = None) -> ScoreResult:
+    """A scores file read in full before the model loads: every value in shape
+    (:meth:`~swapprune.engine.scores.ScoreResult.from_dict`), a finished run, and, when the
+    model's facts are known, as many blocks as the model. Returns the scores."""
+    scores = ScoreResult.load(path)
+    if scores.meta.get("incomplete"):
+        raise SwappruneError(
+            f"scores file {path} is from a run that did not finish; rerun "
+            f"'swapprune score --output {path}' with its settings to complete it"
+        )
+    if facts is not None and scores.num_layers != facts.num_layers:
+        raise SwappruneError(
+            f"scores file {path} is for a {scores.num_layers}-block model; "
+            f"this model has {facts.num_layers}"
+        )
+    return scores
+
+
+# -- the disk: whether an output can be written ---------------------------------------------
+
+
+def check_writable(target: str | os.PathLike, what: str) -> None:
+    """Refuse an output whose directory takes no new file, by creating and removing one there.
+
+    Every output is written beside its final place and renamed into it (a checkpoint's
+    hidden ``.NAME.partial-*`` sibling, a file's temporary twin), so the probe goes where
+    that is made: the target's parent, or the nearest ancestor that exists (the parents
+    are created on the way). Permission bits say too little: root passes every
+    ``os.access`` test, and ``/proc``, a read-only mount or a full quota refuse the file
+    all the same.
+    """
+    out = Path(target).expanduser().absolute()
+    where = out.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".swapprune-probe-", dir=where)
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise SwappruneError(
+            f"{what} {target} cannot be written: creating a file in {where} fails ({reason})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _check_selection(select: SelectConfig, calibration: CalibrationConfig) -> None:

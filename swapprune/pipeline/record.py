@@ -39,22 +39,31 @@ class Wording:
 
 
 class Steps:
-    """Runs the steps of a sequence as they are, and says their forecast to ``say``.
+    """Runs the steps of a sequence, and says their forecast to ``say``.
 
-    Without ``say`` nothing is said and no forecast is made. ``metrics`` collects what
-    the steps record (kept in ``metrics.json`` by :class:`RunBook`, dropped here).
+    Without ``say`` nothing is said and no forecast is made; with ``lines`` (the Python
+    API's) each step also gets the run's two lines, ``[name] ...`` and ``[name] done in``.
+    ``metrics`` collects what the steps record (kept in ``metrics.json`` by
+    :class:`RunBook`, dropped here).
     """
 
-    def __init__(self, say: Say | None = None, wording: Wording | None = None):
+    def __init__(self, say: Say | None = None, wording: Wording | None = None, lines: bool = False):
         self.announces = say is not None
         self.say: Say = say or (lambda _: None)
         self.wording = wording or Wording()
+        self.lines = lines and say is not None
         self.metrics: dict = {}
         self.rates = None  # the timing of the first forecast, shared by the next
 
     def stage(self, name: str, fn, *args, **kwargs):
-        """Run one step: ``fn(*args, **kwargs)``."""
-        return fn(*args, **kwargs)
+        """Run one step: ``fn(*args, **kwargs)``, said in two lines with ``lines``."""
+        if not self.lines:
+            return fn(*args, **kwargs)
+        t0 = time.perf_counter()
+        self.say(f"[{name}] ...")
+        out = fn(*args, **kwargs)
+        self.say(f"[{name}] done in {time.perf_counter() - t0:.1f}s" + _summary(name, out))
+        return out
 
     def forecast(
         self, kind: str, forecast: fc.Forecast, quick, model, calibration, batch_size: int
@@ -104,7 +113,10 @@ class RunBook(Steps):
         out = fn(*args, **kwargs)
         dt = time.perf_counter() - t0
         self.metrics["wall_s"][name] = round(dt, 2)
-        self.say(f"[{name}] done in {dt:.1f}s" + _summary(name, out))
+        said = _summary(name, out)
+        if name.startswith("held-out ppl") and self.config.heal is not None:
+            said += f" on {self.config.heal.heldout} held-out windows"  # ppl varies with windows
+        self.say(f"[{name}] done in {dt:.1f}s" + said)
         return out
 
     def measure(self, point: str, model, tok, windows, heldout: float | None = None) -> None:
@@ -230,6 +242,11 @@ def _summary(name: str, out) -> str:
     if name.startswith("held-out") and isinstance(out, float):
         return f": {out:.3f}"
     if name.startswith("eval ") and hasattr(out, "tasks"):
+        # Each with the units it was measured on: a perplexity differs with its windows.
         first = {t: next(iter(tr.metrics.items()), None) for t, tr in out.tasks.items()}
-        return ": " + ", ".join(f"{t} {m[0]} {m[1].value:.4g}" for t, m in first.items() if m)
+        return ": " + ", ".join(
+            f"{t} {m[0]} {m[1].value:.4g} ({len(out.tasks[t].unit_ids)} {out.tasks[t].unit}s)"
+            for t, m in first.items()
+            if m
+        )
     return ""

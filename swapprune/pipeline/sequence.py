@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.config import RunConfig
+from swapprune.entry import entry_point, lines
 from swapprune.pipeline import checks, stages
 from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.cut import cut
@@ -65,6 +66,15 @@ class RunResult:
 # -- the run --------------------------------------------------------------------------------
 
 
+def _kept(config: RunConfig, *args, **kwargs) -> str | None:
+    """What a stopped run keeps: the probes flushed to its scores file, which resumes."""
+    out = config.score.output if config.score is not None else None
+    if out and Path(out).is_file():
+        return f"the probes finished so far are in {out}, and the same run resumes from them"
+    return None
+
+
+@entry_point(kept=_kept)
 def run(
     config: RunConfig,
     *,
@@ -75,9 +85,13 @@ def run(
 ) -> RunResult:
     """Run ``config``: every stage it names, in order.
 
+    As a ``swapprune`` command runs it (:mod:`swapprune.entry`): the same thread choice,
+    and on Ctrl-C one line saying what was kept.
+
     Args:
         config: the run (checked here if not already).
-        say: receives one line per stage (``None``: silent).
+        say: receives the ``[estimate]`` lines and one line per stage, e.g. ``print``
+            (``None``: the ``swapprune`` logger at INFO, silent unless logging is on).
         progress: show progress bars.
         command: recorded in the provenance (default: ``sys.argv``).
         wording: how the front end names what the run suggests (default: ``--quick``
@@ -85,9 +99,10 @@ def run(
     """
     cfg = config
     checked = checks.check(cfg)  # names, files, then budget/pairs/context: before the weights load
+    text = checks.check_text(cfg, checked)  # the windows, with the tokenizer alone
     start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     argv = list(sys.argv) if command is None else command
-    book = RunBook(cfg, say or (lambda _: None), argv, wording or Wording())
+    book = RunBook(cfg, lines(say) or (lambda _: None), argv, wording or Wording())
     loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
     book.metrics["num_layers"] = loaded.facts.num_layers
@@ -102,9 +117,14 @@ def run(
     teacher = copy.deepcopy(model).eval() if cfg.heal and cfg.heal.distill else None
     book.measure("base", model, tok, windows)
 
-    calibration = None
+    calibration = heldout = None
+    if text is not None and text.context_length != loaded.facts.context_length:
+        text = None  # cut for another context than the loaded model's: cut again
     if cfg.score or (cfg.prune and cfg.prune.plan is None):
-        calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
+        if text is not None:
+            calibration, heldout = text.calibration, text.heldout
+        else:
+            calibration = book.stage("calibrate", stages.calibrate, cfg, loaded)
         book.metrics["calibration"] = calibration.describe()
     if cfg.score:
         forecast, quick = fc.of_scoring(cfg, loaded.facts)
@@ -120,8 +140,8 @@ def run(
     patches = None
     if cfg.prune:
         done = cut(
-            cfg, loaded, book, calibration=calibration, scores=scores, progress=progress,
-            stability=True,
+            cfg, loaded, book, calibration=calibration, scores=scores, heldout=heldout,
+            progress=progress, stability=True,
         )  # fmt: skip
         plan, scores, patches = done.plan, done.scores, done.patches
     else:

@@ -18,7 +18,7 @@ from typing import Any
 
 from swapprune.config import RunConfig
 from swapprune.errors import SwappruneError
-from swapprune.pipeline import checks
+from swapprune.pipeline import checks, windows
 from swapprune.pipeline.checks import Checked
 from swapprune.select.spec import names
 
@@ -112,44 +112,17 @@ def load(config: RunConfig, checked: Checked | None = None, progress: bool = Tru
 
 def calibrate(config: RunConfig, loaded: Loaded):
     """The calibration windows of ``config.calibration`` (the pool, when probing in tranches)."""
-    from swapprune.calibration.windows import load_calibration
-
-    c = config.calibration
-    return load_calibration(
-        loaded.tokenizer, c.calib, c.prompts, c.tokens, c.seed, loaded.facts.context_length
-    )
+    return windows.calibration(config, loaded.tokenizer, loaded.facts.context_length)
 
 
 def heldout(config: RunConfig, loaded: Loaded, calibration):
-    """Held-out windows of the selection (:class:`~swapprune.select.reference.Heldout`), or ``None``.
-
-    Built when the cut is certified or ``auto`` may verify, and a tokenizer can cut
-    text: ``prune.heldout_prompts`` windows of ``heldout_tokens`` from
-    ``heldout_calib`` (default: the calibration source), none of them touching a
-    scoring window; ``auto`` gets as many more for its search, touching neither.
-    """
-    spec, p = loaded.selection, config.prune
-    if spec is None or p is None or loaded.tokenizer is None:
+    """Held-out windows of the selection (:class:`~swapprune.select.reference.Heldout`), or
+    ``None``: :func:`swapprune.pipeline.windows.heldout` on the loaded model's tokenizer."""
+    p = config.prune
+    if p is None:
         return None
-    if not (spec.certify or spec.policy == "auto"):
-        return None
-    from swapprune.calibration.heldout import heldout_windows
-    from swapprune.select.reference import Heldout
-
-    c = config.calibration
     tokens = checks.heldout_tokens(p, loaded.facts.context_length)
-    source = p.heldout_calib or c.calib
-    avoid = [calibration] if calibration is not None else []
-    certify = heldout_windows(loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid)
-    verify = None
-    if spec.policy == "auto":
-        verify = heldout_windows(
-            loaded.tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify]
-        )
-    same = source == c.calib or (source is None and c.calib is None)
-    text = certify.source
-    scope = f"the calibration text ({text})" if same else f"{text}, not the calibration text"
-    return Heldout(certify, verify, scope=scope)
+    return windows.heldout(config, loaded.selection, loaded.tokenizer, tokens, calibration)
 
 
 def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):
@@ -315,7 +288,10 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
     avoid = [w for w in (calibration, *(heldout.windows() if heldout else ())) if w is not None]
     c = config.calibration
-    windows = heldout_windows(loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid)
+    fix = "lower --patch-prompts or --patch-tokens, or give a longer --calib"
+    windows = heldout_windows(
+        loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid, fix
+    )
     patches, compute = fit_patches(
         loaded.model, plan.removed, windows.input_ids, c.batch_size, p.patch_ridge
     )

@@ -215,7 +215,8 @@ class AdaptiveRecord:
     def summary(self) -> str:
         """One line for the run summary."""
         return (
-            f"adaptive calibration: {self.windows} windows, {len(self.rounds)} rounds, "
+            f"adaptive calibration: {self.windows} windows, {len(self.rounds)} "
+            f"round{'s' if len(self.rounds) != 1 else ''}, "
             f"{self.pair_windows} pair-window probes; stopped: {self.stopped}"
         )
 

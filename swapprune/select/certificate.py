@@ -214,10 +214,13 @@ class Certificate:
         """The kept set's cost on the measuring windows (points)."""
         return next(r["cost_points"] for r in self.sets if r["set"] == self.kept)
 
-    def composition(self) -> str:
-        """What was compared, by source: ``"3 of the criterion's own sets, BI's set, ..."``."""
+    def composition(self, others: bool = False) -> str:
+        """What was compared, by source: ``"3 of the criterion's own sets, BI's set, ..."``
+        (``others``: the sets other than the kept one)."""
         counts: dict[str, int] = {}
         for r in self.sets:
+            if others and r["set"] == self.kept:
+                continue
             src = r.get("source", "criterion")
             key = "criterion" if src in OWN else src
             counts[key] = counts.get(key, 0) + 1
@@ -240,7 +243,8 @@ class Certificate:
         where = f"{self.measure_windows or self.windows} held-out windows"
         if self.scope:
             where += f" of {self.scope}"
-        compared = f"{len(self.sets)} cuts compared ({self.composition()})"
+        n = len(self.sets)
+        compared = f"{n} cut{'s' if n != 1 else ''} compared ({self.composition()})"
         switch = (
             f"; the criterion chose {self.chosen}, {self.kept} was cheaper by {self.gain:.2f} "
             f"points on {self.choose_windows} other windows and was kept"
@@ -282,7 +286,7 @@ class Certificate:
         others = len(self.sets) - 1
         compared = (
             f"It was compared with {others} other cut{'s' if others != 1 else ''} "
-            f"({self.composition()})"
+            f"({self.composition(others=True)})"
             if others
             else "No other cut was compared"
         )

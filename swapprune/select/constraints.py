@@ -87,7 +87,11 @@ class Constraints:
         if budget <= 0:
             raise SwappruneError(f"budget must be >= 1, got {budget}")
         if budget >= L:
-            raise SwappruneError(f"budget {budget} would remove every block: the model has {L}")
+            article = "an" if str(L).startswith("8") or L in (11, 18) else "a"
+            raise SwappruneError(
+                f"budget {budget} is more than the {L - 1} blocks that can be removed from "
+                f"{article} {L}-block model (at least one block stays)"
+            )
         free = len(self.candidates())
         if budget > free:
             raise SwappruneError(

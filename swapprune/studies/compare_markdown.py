@@ -127,11 +127,14 @@ def write_markdown(results: dict, path: Path) -> None:
     """The tables a paper would print: methods with both contracts, then the verdicts."""
     task, metric = results["primary"]["task"], results["primary"]["metric"]
     base = results["baseline"][task][metric]
+    # The units said with the baseline: a perplexity differs with the windows it is taken on.
+    unit = "windows" if task in SHORT else "examples"
+    on = f" on {base['n']} {unit}" if base.get("n") else ""
     lines = [
         f"# Pruning cost by protocol: {results['model']} ({results['num_layers']} blocks)",
         "",
         f"Metric: {task} / {metric}; baseline {fmt(base['value'])} "
-        f"[{fmt(base['ci'][0])}, {fmt(base['ci'][1])}]. "
+        f"[{fmt(base['ci'][0])}, {fmt(base['ci'][1])}]{on}. "
         f"Cost = relative change vs the unpruned model (positive = worse for a lower-is-better "
         f"metric); 95% CIs from a bootstrap over the same units.",
         *_contract_lines(results),

@@ -15,7 +15,8 @@ def validity_markdown(result: dict) -> str:
         "",
         f"Spearman over {result['num_layers']} blocks between each criterion's removability and "
         f"the measured single-block deletion cost ({result['deletion_cost']['definition']}; "
-        f"base PPL {result['deletion_cost']['base_ppl']:.3f}).",
+        f"base PPL {result['deletion_cost']['base_ppl']:.3f} on the {tgt['prompts']} target "
+        "windows).",
         f"Criteria on {cal['prompts']} x {cal['tokens']} windows of {cal['source']}; "
         f"target on {tgt['prompts']} x {tgt['tokens']} windows of {tgt['source']}"
         + (" (the same windows)." if result["target_is_calibration"] else "."),

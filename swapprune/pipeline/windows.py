@@ -1,0 +1,63 @@
+"""The windows a run cuts from text: the calibration windows, and the held-out windows.
+
+Functions of the configuration, the tokenizer and the model's context only, so that
+they run with the tokenizer alone, before the weights load
+(:func:`swapprune.pipeline.checks.check_text`: a text too short for them is refused
+there), as well as after it (:func:`swapprune.pipeline.stages.calibrate` and
+:func:`~swapprune.pipeline.stages.heldout`). Importing this module imports neither torch
+nor transformers; its functions do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swapprune.config import RunConfig
+
+
+def calibration(config: RunConfig, tokenizer, context: int | None):
+    """The calibration windows of ``config.calibration`` (the pool, when probing in tranches)."""
+    from swapprune.calibration.windows import load_calibration  # lazy: imports torch
+
+    c = config.calibration
+    return load_calibration(tokenizer, c.calib, c.prompts, c.tokens, c.seed, context)
+
+
+def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
+    """Held-out windows of the selection (:class:`~swapprune.select.reference.Heldout`), or ``None``.
+
+    Built when the cut is certified or ``auto`` may verify, and a tokenizer can cut
+    text: ``prune.heldout_prompts`` windows of ``tokens`` from ``heldout_calib``
+    (default: the calibration source), none of them touching a scoring window;
+    ``auto`` gets as many more for its search, touching neither.
+
+    Args:
+        config: the run; ``spec``: its checked selection spec.
+        tokenizer: the model's tokenizer.
+        tokens: tokens per held-out window (:func:`swapprune.pipeline.checks.heldout_tokens`).
+        calibration: the scoring windows to stay clear of (``None``: none).
+    """
+    p = config.prune
+    if spec is None or p is None or tokenizer is None:
+        return None
+    if not (spec.certify or spec.policy == "auto"):
+        return None
+    # lazy: the windows are torch tensors
+    from swapprune.calibration.heldout import FIX, heldout_windows
+    from swapprune.select.reference import Heldout
+
+    c = config.calibration
+    source = p.heldout_calib or c.calib
+    avoid = [calibration] if calibration is not None else []
+    # auto's search needs its windows whether or not the cut is certified
+    fix = FIX if spec.policy == "auto" else f"{FIX}, or cut without a certificate: --no-certify"
+    certify = heldout_windows(tokenizer, source, p.heldout_prompts, tokens, c.seed, avoid, fix)
+    verify = None
+    if spec.policy == "auto":
+        verify = heldout_windows(
+            tokenizer, source, p.heldout_prompts, tokens, c.seed + 1, [*avoid, certify], fix
+        )
+    same = source == c.calib or (source is None and c.calib is None)
+    text = certify.source
+    scope = f"the calibration text ({text})" if same else f"{text}, not the calibration text"
+    return Heldout(certify, verify, scope=scope)
