@@ -106,3 +106,13 @@ def test_the_contracts_from_cached_prefixes_equal_lm_evals_scoring(tmp_path):
             mine = cs.data[name]["base"] if key is None else cs.data[name]["sets"][key]
             np.testing.assert_allclose(mine, t.units["nll"], rtol=1e-5, err_msg=name)
             assert cs.data[name]["tokens"] == list(t.units["tokens"])
+
+
+def test_screening_agreement_ranks_and_overlap(an):
+    a = {(i, i + 1): float(i) for i in range(30)}
+    same = an.screening_agreement(a, dict(a), top=5)
+    assert same["spearman"] == pytest.approx(1.0) and same["top_overlap"] == 5
+    rev = an.screening_agreement(a, {s: -v for s, v in a.items()}, top=5)
+    assert rev["spearman"] == pytest.approx(-1.0) and rev["top_overlap"] == 0
+    assert rev["best_a"] == [0, 1] and rev["best_b"] == [29, 30]
+    assert an.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)  # ties

@@ -13,7 +13,9 @@ from analysis import (
     contrast,
     coverage,
     holm_primary,
+    percentile_rank,
     regret_against_best,
+    screening_agreement,
 )
 
 CONTRACTS = ("extended", "matched")
@@ -75,6 +77,69 @@ def landscapes(results: Path) -> dict[tuple[str, int], dict]:
     return out
 
 
+def screening_costs(state: dict) -> dict[tuple[int, ...], float]:
+    """Every set's first-round screening cost (points) in a landscape."""
+    return {tuple(r["set"]): r["screening_cost_points"] for r in state["result"]["sets"]}
+
+
+def landscape_summary(state: dict, ext: Contract, budget_entry: dict | None) -> dict:
+    """A landscape's stages (CPU, block-tokens), its refined top and the criteria's places."""
+    res = state["result"]
+    best_cost = (budget_entry or {}).get("best", {}).get("cost_ext")
+    refined = []
+    for r in res["refined"]:
+        s = tuple(r["set"])
+        row = {"set": list(s), "heldout_cost": r["cost_points"]}
+        if s in ext.nll:
+            row["cost_ext"] = ext.cost(s)
+        refined.append(row)
+    crit = {}
+    for c in res.get("criteria", []):
+        s = tuple(c["set"]) if c.get("set") is not None else None
+        row = {k: c.get(k) for k in ("set", "rank", "of", "percentile", "screened_out",
+                                      "cost_points", "regret_points", "regret_ci",
+                                      "heldout_rank")}  # fmt: skip
+        if s is not None and s in ext.nll and best_cost is not None:
+            row["cost_ext"] = ext.cost(s)
+            row["regret_ext"] = ext.cost(s) - best_cost
+        crit[c["criterion"]] = row
+    return {
+        "sets": state["sets"],
+        "compute": state.get("compute", {}),
+        "refined": refined,
+        "criteria": crit,
+        "settings": {
+            k: state["settings"].get(k) for k in ("rounds", "refine", "bf16_screening", "top_k")
+        },  # fmt: skip
+        "windows": state.get("windows"),
+    }
+
+
+def study_v3_regret(con: dict[str, Contract], entry: dict | None) -> dict:
+    """Study v3's n = 3 picks: regret against the best of five methods (as published) and
+    against the best cut there is (this study's S*(3)), extended contract."""
+    if entry is None:
+        return {}
+    ext = con["extended"]
+    best = entry["best"]["cost_ext"]
+    v3 = json.loads((Path(__file__).resolve().parents[1] / "study_v3" / "study.json")
+                    .read_text())["contracts"]["swapprune_wikitext2_ext"]["methods"]  # fmt: skip
+    out = {}
+    for method, r in v3.items():
+        rows = {}
+        for seed, x in r["per_seed"].items():
+            s = tuple(sorted(x["removed"]))
+            rows[seed] = {
+                "set": list(s),
+                "cost_v3": x["cost"],
+                "regret_v3": x["regret"],
+                "cost_v4": ext.cost(s) if s in ext.nll else None,
+                "regret_true": ext.cost(s) - best if s in ext.nll else None,
+            }
+        out[method] = rows
+    return out
+
+
 def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
     con = load_contracts(results)
     cuts = load_cuts(results)
@@ -97,7 +162,19 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
             by = {r["seed"]: tuple(r["set"]) for r in rows if r["criterion"] == criterion}
             return [by[s] for s in seeds if s in by]
 
+        refined = {tuple(r["set"]) for (t, b), st in lands.items() if t == "eval" and b == n
+                   for r in st["result"]["refined"]}  # fmt: skip
+        beaten = [r for r in rows if r["cost_ext"] < ext.cost(min(refined, key=ext.cost))
+                  ] if refined else []  # fmt: skip
         entry: dict = {
+            "best_source": (
+                "no evaluation-text landscape yet: the best of the sets measured"
+                if not refined
+                else "the evaluation-text landscape's refined best"
+                if not beaten
+                else f"a cut beats the landscape's refined best ({len(beaten)} cuts): the "
+                "screening rule failed"
+            ),
             "best": {
                 "set": list(best),
                 "cost_ext": best_cost,
@@ -123,28 +200,24 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
         prim = out["budgets"][3]["contrasts"]["extended"]
         holm_primary([prim["H1"], prim["H2"]])
     for (text, n), state in lands.items():
-        res = state["result"]
-        allcosts = [v for v in res.get("screening_costs", {}).values()] if isinstance(
-            res.get("screening_costs"), dict) else []  # fmt: skip
-        picks = {}
-        for name, c in state["criteria"].items():
-            if c.get("set") is None:
-                continue
-            s = tuple(c["set"])
-            row = {"set": list(s)}
-            if s in ext.nll:
-                row["cost_ext"] = ext.cost(s)
-                row["regret_ext"] = ext.cost(s) - out["budgets"].get(n, {}).get("best", {}).get(
-                    "cost_ext", np.nan)  # fmt: skip
-            row.update({k: v for k, v in c.items() if k in ("rank", "percentile", "regret")})
-            picks[name] = row
-        out["landscapes"][f"{text}-n{n}"] = {
-            "criteria": picks,
-            "compute": state.get("compute"),
-            "top": res.get("refined", [])[:5],
-            "n_sets": state["sets"],
-            "screening_costs": len(allcosts),
-        }
+        out["landscapes"][f"{text}-n{n}"] = landscape_summary(state, ext, out["budgets"].get(n))
+    for n in (2, 3):
+        pair = lands.get(("calib", n)), lands.get(("eval", n))
+        if all(pair):
+            calib, evaluation = (screening_costs(x) for x in pair)
+            agree = screening_agreement(calib, evaluation, top=20)
+            # where the criteria's sets (picked on the calibration windows) fall among the
+            # evaluation text's screening costs
+            ranks = {}
+            for name, c in pair[0]["criteria"].items():
+                if c.get("set") is not None and tuple(c["set"]) in evaluation:
+                    ranks[name] = percentile_rank(
+                        evaluation[tuple(c["set"])], list(evaluation.values())
+                    )
+            agree["criteria_percentile_on_eval_text"] = ranks
+            out["landscapes"][f"agreement-n{n}"] = agree
+    out["study_v3"] = study_v3_regret(con, out["budgets"].get(3))
+    out["seeds"] = sorted({c["seed"] for c in cuts})
     for v in out["budgets"].values():
         for cs in v["contrasts"].values():
             for t in cs.values():
@@ -156,36 +229,133 @@ def _f(x, d=1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and x != x) else f"{x:+.{d}f}"
 
 
+def _set(s) -> str:
+    return "{" + ",".join(map(str, s)) + "}"
+
+
+def _cuts_table(data: dict, n: int) -> list[str]:
+    lines = ["| seed | criterion | set | certified | delta | true regret (ext) | within delta | "
+             "cost ext / matched | why not certified | CPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for x in sorted((x for x in data["cuts"] if x["budget"] == n),
+                    key=lambda x: (x["seed"], x["criterion"])):  # fmt: skip
+        d = x["delta"]
+        within = "-" if d is None else ("yes" if x["true_regret"] <= d + 1e-9 else "**no**")
+        why = "; ".join(x["reasons"])[:90] if not x["certified"] else ""
+        lines.append(
+            f"| {x['seed']} | {x['criterion']} | {_set(x['set'])} | "
+            f"{'yes' if x['certified'] else 'no'} | {'-' if d is None else f'{d:.2f}'} | "
+            f"{_f(x['true_regret'])} | {within} | {_f(x['cost_ext'])} / "
+            f"{_f(x['cost_matched'])} | {why} | {x['cpu_s']:.0f} |"
+        )
+    return lines
+
+
+def _landscape_lines(data: dict) -> list[str]:
+    lines = ["## The exact landscapes", ""]
+    for name, e in sorted(data["landscapes"].items()):
+        if name.startswith("agreement"):
+            continue
+        lines += [f"### {name} ({e['sets'].get('total')} sets, screening "
+                  f"{'bf16' if e['settings']['bf16_screening'] else 'float32'})", "",
+                  "| stage | CPU s | wall s | block-tokens |", "|---|---|---|---|"]  # fmt: skip
+        for stage, c in e["compute"].items():
+            if stage.startswith("criterion"):
+                continue
+            lines.append(f"| {stage} | {c.get('cpu_s', 0):.0f} | {c.get('wall_s', 0):.0f} | "
+                         f"{c.get('block_tokens', 0):,} |")  # fmt: skip
+        crit_cpu = sum(c.get("cpu_s", 0) for k, c in e["compute"].items() if k.startswith("crit"))
+        if crit_cpu:
+            lines.append(f"| the criteria's picks (all) | {crit_cpu:.0f} | | |")
+        lines += ["", "Refined top 5 (held-out windows of the screening text; extended contract):",
+                  ""]  # fmt: skip
+        for r in e["refined"][:5]:
+            lines.append(f"- {_set(r['set'])}: {_f(r['heldout_cost'])}% held-out, "
+                         f"{_f(r.get('cost_ext'))}% extended")  # fmt: skip
+        if e["criteria"]:
+            lines += ["", "| criterion | set | screening rank | percentile | refined regret "
+                      "[95% CI] | regret vs S* (ext) |", "|---|---|---|---|---|---|"]  # fmt: skip
+            for c, r in sorted(e["criteria"].items()):
+                ci = r.get("regret_ci") or [None, None]
+                lines.append(
+                    f"| {c} | {_set(r['set'])} | {r.get('rank')} of {r.get('of')} | "
+                    f"{r['percentile']:.1f}% | {_f(r.get('regret_points'))} [{_f(ci[0])}, "
+                    f"{_f(ci[1])}] | {_f(r.get('regret_ext'))} |"
+                )
+        lines.append("")
+    for name, a in sorted(data["landscapes"].items()):
+        if not name.startswith("agreement"):
+            continue
+        ranks = ", ".join(f"{c} {p:.1f}%" for c, p in sorted(
+            a["criteria_percentile_on_eval_text"].items()))  # fmt: skip
+        lines += [f"**{name}**: calibration-text vs evaluation-text screening over "
+                  f"{a['sets']} sets: Spearman {a['spearman']:.3f}, top-{a['top']} overlap "
+                  f"{a['top_overlap']}; best {_set(a['best_a'])} vs {_set(a['best_b'])}. The "
+                  f"criteria's sets among the evaluation text's screening costs (share of sets "
+                  f"cheaper): {ranks}.", ""]  # fmt: skip
+    return lines
+
+
+def _study_v3_lines(data: dict) -> list[str]:
+    v3 = data.get("study_v3") or {}
+    if not v3:
+        return []
+    lines = ["## Study v3's n = 3 regret, against the best of five and against the best", "",
+             "| method | seed | set | cost (v3) | regret vs best of 5 (v3) | cost (this run) | "
+             "regret vs S*(3) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m, rows in sorted(v3.items()):
+        for seed, r in sorted(rows.items()):
+            lines.append(
+                f"| {m} | {seed} | {_set(r['set'])} | {_f(r['cost_v3'])} | "
+                f"{_f(r['regret_v3'])} | {_f(r['cost_v4'])} | {_f(r['regret_true'])} |"
+            )
+    return lines + [""]
+
+
 def write_report(results: Path, here: Path) -> None:
     data = analyse(results)
     (here / "study.json").write_text(json.dumps(data, indent=1, default=float))
+    seeds = data["seeds"]
+    partial = seeds != [0, 1, 2, 3, 4]
     lines = ["# Study v4 (confirmatory): report", "",
-             "Generated by `eval/study_v4/run.py report` from `results/` (design: `PLAN.md`).",
-             ""]  # fmt: skip
+             "Generated by `eval/study_v4/run.py report` from `results/` (design: `PLAN.md`; "
+             "deviations and the commits used: `RUN_NOTES.md`).", "",
+             f"Seeds: {seeds}" + (" (**partial**: the run stopped after these seeds, as the "
+                                 "plan's stop rule says)" if partial else ""), ""]  # fmt: skip
+    pooled = coverage([x for x in data["cuts"] if x["measured"]])
+    lines += [f"**Coverage (C1), both budgets pooled:** {pooled['covered']} of "
+              f"{pooled['certified']} certified cuts within their delta "
+              f"({pooled['coverage']:.0%}, exact 95% CI {pooled['coverage_ci'][0]:.0%}-"
+              f"{pooled['coverage_ci'][1]:.0%}); certify rate {pooled['certified']} of "
+              f"{pooled['cuts']} ({pooled['certify_rate']:.0%}, "
+              f"{pooled['certify_rate_ci'][0]:.0%}-{pooled['certify_rate_ci'][1]:.0%}). "
+              f"Target >= 90% with a certify rate >= 20%: "
+              f"{'met' if pooled['met'] else 'NOT met'}.", ""]  # fmt: skip
     for n, e in sorted(data["budgets"].items()):
         c = e["coverage"]
         lines += [
             f"## n = {n}",
             "",
-            f"Best cut on the extended contract: {e['best']['set']} at "
-            f"{_f(e['best']['cost_ext'])}% (matched {_f(e['best']['cost_matched'])}%).",
+            f"Best cut on the extended contract, S*({n}): {_set(e['best']['set'])} at "
+            f"{_f(e['best']['cost_ext'])}% (matched {_f(e['best']['cost_matched'])}%); "
+            f"{e['best_source']}.",
             "",
             f"**Coverage (C1):** {c['covered']} of {c['certified']} certified cuts within their "
             f"delta ({c['coverage']:.0%}, exact 95% CI {c['coverage_ci'][0]:.0%}-"
             f"{c['coverage_ci'][1]:.0%}); certify rate {c['certified']} of {c['cuts']} "
-            f"({c['certify_rate']:.0%}); target >= 90% with a certify rate >= 20%: "
-            f"{'met' if c['met'] else 'NOT met'}.",
+            f"({c['certify_rate']:.0%}).",
             "",
-            "| criterion | seeds | sets | certified | mean regret vs best, ext [95% CI] | one-sided "
+            *_cuts_table(data, n),
+            "",
+            "| criterion | seeds | certified | mean regret vs S*, ext [95% CI] | one-sided "
             "upper 95% | within 2 pts |",
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|",
         ]
         for crit, r in sorted(e["regret"].items()):
             rows = [x for x in data["cuts"] if x["budget"] == n and x["criterion"] == crit]
-            sets = ", ".join(f"{x['seed']}: {{{','.join(map(str, x['set']))}}}" for x in rows)
             cert = sum(x["certified"] for x in rows)
             lines.append(
-                f"| {crit} | {len(rows)} | {sets} | {cert}/{len(rows)} | {_f(r['mean'])} "
+                f"| {crit} | {len(rows)} | {cert}/{len(rows)} | {_f(r['mean'])} "
                 f"[{_f(r['ci'][0])}, {_f(r['ci'][1])}] | {_f(r['upper_95'])} | "
                 f"{'yes' if r['within_margin'] else 'no'} |"
             )
@@ -193,11 +363,14 @@ def write_report(results: Path, here: Path) -> None:
                   "verdict (+-2 pts) | Holm |", "|---|---|---|---|---|---|"]  # fmt: skip
         for cname, cs in e["contrasts"].items():
             for h, t in cs.items():
+                p = "-" if t["p"] != t["p"] else f"{t['p']:.4f} ({t['p_mc_se']:.4f})"
                 lines.append(
                     f"| {cname} | {h}: {t['a']} vs {t['b']} | {_f(t['d'])} [{_f(t['ci'][0])}, "
-                    f"{_f(t['ci'][1])}] | {t['p']:.4f} ({t['p_mc_se']:.4f}) | {t['label']} | "
-                    f"{t.get('label_holm') or '-'} |"
+                    f"{_f(t['ci'][1])}] | {p} | {t['label']} | {t.get('label_holm') or '-'} |"
                 )
         lines.append("")
-    lines += [f"Equivalence margin +-{MARGIN} dPPL points; {N_BOOT} resamples.", ""]
+    lines += _landscape_lines(data)
+    lines += _study_v3_lines(data)
+    lines += [f"Equivalence margin +-{MARGIN} dPPL points; {N_BOOT} resamples; the matched "
+              "contract resampled in moving blocks of 3 windows (descriptive).", ""]  # fmt: skip
     (here / "REPORT.md").write_text("\n".join(lines) + "\n")
