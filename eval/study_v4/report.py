@@ -186,19 +186,34 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
         }
         for crit in sorted({r["criterion"] for r in rows}):
             entry["regret"][crit] = regret_against_best(ext, sets_of(crit), best, n_boot, 0)
+        have = {r["criterion"] for r in rows}
+
+        def paired(a: str, b: str, rows=rows) -> tuple[list, list]:
+            """The two criteria's sets over the seeds where both ran (a partial run)."""
+            by = {(r["criterion"], r["seed"]): tuple(r["set"]) for r in rows}
+            common = sorted(x for (c, x) in by if c == a and (b, x) in by)
+            return [by[(a, x)] for x in common], [by[(b, x)] for x in common]
+
         for cname, c in con.items():
-            h1 = contrast(c, "interchange", sets_of("interchange"), "replacement",
-                          sets_of("replacement"), n_boot, 0)  # fmt: skip
-            mean = {b: np.mean([c.cost(s) for s in sets_of(b)]) for b in ("bi", "sleb")}
-            baseline = min(mean, key=lambda b: mean[b])
-            h2 = contrast(c, "auto", sets_of("auto"), baseline, sets_of(baseline), n_boot, 0)
-            h2["baseline_by_mean_cost"] = {b: float(v) for b, v in mean.items()}
-            entry["contrasts"][cname] = {"H1": h1, "H2": h2}
+            tests = {}
+            if {"interchange", "replacement"} <= have:
+                tests["H1"] = contrast(c, "interchange", *paired("interchange", "replacement")[:1],
+                                       "replacement", paired("interchange", "replacement")[1],
+                                       n_boot, 0)  # fmt: skip
+            base = [b for b in ("bi", "sleb") if b in have]
+            if "auto" in have and base:
+                mean = {b: np.mean([c.cost(s) for s in sets_of(b)]) for b in base}
+                baseline = min(mean, key=lambda b: mean[b])
+                a_sets, b_sets = paired("auto", baseline)
+                tests["H2"] = contrast(c, "auto", a_sets, baseline, b_sets, n_boot, 0)
+                tests["H2"]["baseline_by_mean_cost"] = {b: float(v) for b, v in mean.items()}
+            entry["contrasts"][cname] = tests
         out["budgets"][n] = entry
     # the primary family: H1 and H2 at n = 3 on the extended contract
     if 3 in out["budgets"]:
         prim = out["budgets"][3]["contrasts"]["extended"]
-        holm_primary([prim["H1"], prim["H2"]])
+        if {"H1", "H2"} <= set(prim):
+            holm_primary([prim["H1"], prim["H2"]])
     for (text, n), state in lands.items():
         out["landscapes"][f"{text}-n{n}"] = landscape_summary(state, ext, out["budgets"].get(n))
     for n in (2, 3):
