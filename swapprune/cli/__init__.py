@@ -6,7 +6,9 @@ job, ``swapprune prune``. Each command lives in its own module with
 :class:`~swapprune.config.RunConfig` from flags generated out of the
 configuration's field metadata, calls the library and prints a summary that
 ends with the natural next command. Every user error prints one line and
-exits with status 2; nothing here imports torch until a command runs.
+exits with status 2; nothing here imports torch until a command runs. Each command's
+``run`` imports the stages it calls (numpy, and torch behind them): building the parser,
+which imports every command's module, imports neither.
 """
 
 from __future__ import annotations

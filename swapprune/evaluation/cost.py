@@ -40,6 +40,9 @@ from swapprune.evaluation.suite import _offline
 from swapprune.stats import bootstrap
 from swapprune.stats.verdicts import cut_key
 
+# edit.surgery and model.stack import torch, and lm-eval is heavy: they are imported
+# where a model is measured.
+
 # First windows of the matched contract scored by the quick check: 8 windows
 # of 512 tokens moved by 256 cover about 2.3K scored tokens (the full 5K-word
 # contract is about 25 windows with SmolLM2's tokenizer).

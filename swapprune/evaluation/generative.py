@@ -269,7 +269,7 @@ def generative_cost(
     Raises:
         SwappruneError: Without exactly one of ``plan`` and ``pruned``, or with a merge plan.
     """
-    from swapprune.edit.surgery import pruned_view
+    from swapprune.edit.surgery import pruned_view  # imports torch
 
     if (plan is None) == (pruned is None):
         raise SwappruneError(

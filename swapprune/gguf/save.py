@@ -54,7 +54,7 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
         if config.export.gguf == "on":
             raise SwappruneError(f"--gguf on cannot be met: {why}")
         return {"written": False, "reason": why}
-    from swapprune.gguf.check import gguf_selfcheck
+    from swapprune.gguf.check import gguf_selfcheck  # imports torch
 
     check = gguf_selfcheck(model, check_ids) if config.export.selfcheck else None
     record = write_pruned_gguf(out.source.path, plan, directory / GGUF_NAME, check=check)

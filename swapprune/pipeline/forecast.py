@@ -293,7 +293,7 @@ def announce(forecast: Forecast, model, calibration, batch_size: int, say, quick
     Returns:
         The :class:`~swapprune.engine.estimate.Rates` used, for a later forecast of the run.
     """
-    from swapprune.model.stack import decoder_stack
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     L = decoder_stack(model).num_layers
     total = forecast.work

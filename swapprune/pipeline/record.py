@@ -27,6 +27,9 @@ from swapprune.serving.report import ServingReport
 if TYPE_CHECKING:
     pass
 
+# edit/ and output.checkpoint import torch: they are imported inside the steps that
+# use them, so that checking a run imports no torch.
+
 Say = Callable[[str], None]
 
 

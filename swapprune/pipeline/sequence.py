@@ -39,6 +39,9 @@ from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.cut import cut
 from swapprune.pipeline.record import RunBook, Say, Wording, recovery
 
+# edit/ imports torch: it is imported inside the stages that use it, so that checking a
+# run imports no torch.
+
 
 @dataclass
 class RunResult:

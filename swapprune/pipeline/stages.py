@@ -34,6 +34,9 @@ from swapprune.select.reuse import check_reused
 from swapprune.select.spec import names
 from swapprune.select.stability import plan_stability
 
+# model.stack, model.fingerprint, calibration.heldout and edit/ import torch: they are
+# imported inside the stages that use them, so that checking a run imports no torch.
+
 __all__ = [
     "Checked",
     "Loaded",

@@ -68,6 +68,9 @@ if TYPE_CHECKING:
     from swapprune.select.spec import SelectionSpec
     from swapprune.select.strategies import Strategy
 
+# engine/ and calibration.windows import torch: they are imported where the model is
+# probed, so that the loop on given measurements imports no torch.
+
 IN_PLAY = 0.02
 
 Pair = tuple[int, int]

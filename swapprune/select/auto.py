@@ -67,6 +67,9 @@ from swapprune.select.stability import plan_stability
 if TYPE_CHECKING:
     from swapprune.select.spec import SelectionSpec
 
+# engine/ imports torch: it is imported where the model is probed or queried, so that
+# selecting on given scores imports no torch.
+
 SHORTLIST = 6
 WIDTH = 3
 ACTIONS = {

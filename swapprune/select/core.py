@@ -22,6 +22,9 @@ from swapprune.select.constraints import record as serve_record
 from swapprune.select.spec import SelectionSpec
 from swapprune.select.strategies import SelectionInputs, Strategy
 
+# engine/ imports torch: it is imported where the model is probed or queried, so that
+# selecting on given scores imports no torch.
+
 TIEBREAK_RULE = "smaller mean residual update ||h_out - h_in|| first"
 
 

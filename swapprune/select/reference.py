@@ -39,6 +39,8 @@ from swapprune.select.stability import plan_stability
 from swapprune.select.strategies import SelectionInputs, get_strategy
 from swapprune.stats import LEVEL
 
+# engine.oracle imports torch: it is imported where the model is queried.
+
 #: Held-out windows the +-1 neighbours are screened on (the first choosing windows).
 SCREEN_WINDOWS = 2
 #: Neighbours carried from the screening to every held-out window.

@@ -118,12 +118,12 @@ def model_key(plan) -> str:
 def variant(model, plan):
     """The pruned model of ``plan``, in memory: a view for removals, a copy for merges."""
     if plan.op == "remove":
-        from swapprune.edit.surgery import pruned_view
+        from swapprune.edit.surgery import pruned_view  # imports torch
 
         with pruned_view(model, plan.kept) as view:
             yield view
     else:
-        from swapprune.edit.surgery import apply_plan
+        from swapprune.edit.surgery import apply_plan  # imports torch
 
         yield apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
 

@@ -49,6 +49,9 @@ from swapprune.studies.landscape_plot import write_picture
 from swapprune.studies.landscape_report import arrays, result
 from swapprune.studies.landscape_windows import LandscapeWindows, build_windows, check_disjoint
 
+# model.fingerprint and engine.exhaustive import torch: they are imported where the
+# model is evaluated, so that checking a landscape imports no torch.
+
 __all__ = ["LandscapeSettings", "LandscapeWindows", "build_windows", "run_landscape"]
 
 FORMAT = "swapprune-landscape/1"

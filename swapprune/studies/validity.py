@@ -50,6 +50,9 @@ from swapprune.stats.bootstrap import resample_indices
 from swapprune.stats.layers import layer_bootstrap_spearman
 from swapprune.studies.validity_report import write_validity_report
 
+# engine/ and calibration.windows import torch: they are imported where the model is
+# probed, so that checking a study imports no torch.
+
 SCHEMA = "swapprune.validity/1"
 #: Paired Spearman differences reported under the layer bootstrap, when both are checked.
 DIFFERENCES = (("interchange", "bi"), ("replacement-directed", "interchange"))
