@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from swapprune.cli import say_to_stderr
 from swapprune.cli.options import add_common, add_section, section_from
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, ValidateConfig
 
@@ -24,6 +21,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from swapprune.studies.validity import run_validity
     from swapprune.studies.validity_report import validity_markdown
 
@@ -32,6 +31,8 @@ def run(args) -> int:
         calibration=section_from(args, CalibrationConfig, "calibration"),
     )
     validate = section_from(args, ValidateConfig, "validate")
+    from swapprune.cli import say_to_stderr
+
     result, out = run_validity(
         cfg, validate, progress=not args.no_progress, say=say_to_stderr(args)
     )

@@ -50,8 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from swapprune.errors import SwappruneError
 from swapprune.stats import bootstrap
 
@@ -269,7 +267,9 @@ def generative_cost(
     Raises:
         SwappruneError: Without exactly one of ``plan`` and ``pruned``, or with a merge plan.
     """
-    from swapprune.edit.surgery import pruned_view  # imports torch
+    import numpy as np
+
+    from swapprune.edit.surgery import pruned_view
 
     if (plan is None) == (pruned is None):
         raise SwappruneError(

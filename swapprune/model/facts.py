@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
-from swapprune.gguf.convert import lookup, read_header
 from swapprune.model import arch
 
 
@@ -94,6 +93,8 @@ _GGUF_MODEL_TYPES = {"gemma3": "gemma3_text", "gptneox": "gpt_neox", "qwen3moe":
 
 def from_gguf_header(path: str | Path) -> ModelFacts:
     """Facts of a GGUF file from its header (``gguf.GGUFReader``; no tensor data is read)."""
+    from swapprune.gguf.convert import read_header
+
     fields = read_header(path)
     name = fields.get("general.architecture")
     if not isinstance(name, str):
@@ -120,6 +121,8 @@ def read_facts(source) -> ModelFacts | None:
     the local Hugging Face cache. ``None`` when none of these is at hand.
     """
     if source.gguf_file:
+        from swapprune.gguf.convert import lookup
+
         entry = lookup(source.gguf_path)
         if entry is not None:
             return from_json_file(entry / "config.json")
