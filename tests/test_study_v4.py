@@ -115,4 +115,6 @@ def test_screening_agreement_ranks_and_overlap(an):
     rev = an.screening_agreement(a, {s: -v for s, v in a.items()}, top=5)
     assert rev["spearman"] == pytest.approx(-1.0) and rev["top_overlap"] == 0
     assert rev["best_a"] == [0, 1] and rev["best_b"] == [29, 30]
-    assert an.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)  # ties
+    ties = an.screening_agreement({(1,): 1.0, (2,): 2.0, (3,): 2.0, (4,): 3.0},
+                                  {(1,): 1.0, (2,): 2.0, (3,): 2.0, (4,): 3.0}, top=2)  # fmt: skip
+    assert ties["spearman"] == pytest.approx(1.0)

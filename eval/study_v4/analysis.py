@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from swapprune.stats.clustered import block_weights, two_level_cost_difference
+from swapprune.stats.layers import spearman
 from swapprune.stats.multiplicity import holm_distinct
 from swapprune.stats.verdicts import Margin, cut_key, verdict_from_replicates
 
@@ -178,33 +179,17 @@ def percentile_rank(cost: float, costs: Sequence[float]) -> float:
     return 100.0 * float(np.mean(arr < cost))
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-
-    def ranks(v) -> np.ndarray:
-        v = np.asarray(v, float)
-        order = np.argsort(v, kind="mergesort")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v), dtype=float)
-        for value in np.unique(v):  # ties share their mean rank
-            tie = v == value
-            r[tie] = r[tie].mean()
-        return r
-
-    rx, ry = ranks(x), ranks(y)
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
 def screening_agreement(a: Mapping[tuple, float], b: Mapping[tuple, float], top: int = 20) -> dict:
     """Two screenings of the same sets: rank correlation over the common sets, top overlap."""
     common = sorted(set(a) & set(b))
-    top_a = set(sorted(a, key=lambda s: (a[s], s))[:top])
-    top_b = set(sorted(b, key=lambda s: (b[s], s))[:top])
+    order_a = sorted(a, key=lambda s: (a[s], s))
+    order_b = sorted(b, key=lambda s: (b[s], s))
+    rho = spearman(np.array([a[s] for s in common]), np.array([b[s] for s in common]))
     return {
         "sets": len(common),
-        "spearman": spearman([a[s] for s in common], [b[s] for s in common]),
+        "spearman": float(rho),
         "top": top,
-        "top_overlap": len(top_a & top_b),
-        "best_a": list(min(a, key=lambda s: (a[s], s))),
-        "best_b": list(min(b, key=lambda s: (b[s], s))),
+        "top_overlap": len(set(order_a[:top]) & set(order_b[:top])),
+        "best_a": list(order_a[0]),
+        "best_b": list(order_b[0]),
     }

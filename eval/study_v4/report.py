@@ -164,8 +164,8 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
 
         refined = {tuple(r["set"]) for (t, b), st in lands.items() if t == "eval" and b == n
                    for r in st["result"]["refined"]}  # fmt: skip
-        beaten = [r for r in rows if r["cost_ext"] < ext.cost(min(refined, key=ext.cost))
-                  ] if refined else []  # fmt: skip
+        refined_best = min(ext.cost(s) for s in refined) if refined else None
+        beaten = [r for r in rows if refined_best is not None and r["cost_ext"] < refined_best]
         entry: dict = {
             "best_source": (
                 "no evaluation-text landscape yet: the best of the sets measured"
@@ -197,9 +197,8 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
         for cname, c in con.items():
             tests = {}
             if {"interchange", "replacement"} <= have:
-                tests["H1"] = contrast(c, "interchange", *paired("interchange", "replacement")[:1],
-                                       "replacement", paired("interchange", "replacement")[1],
-                                       n_boot, 0)  # fmt: skip
+                i_sets, r_sets = paired("interchange", "replacement")
+                tests["H1"] = contrast(c, "interchange", i_sets, "replacement", r_sets, n_boot, 0)
             base = [b for b in ("bi", "sleb") if b in have]
             if "auto" in have and base:
                 mean = {b: np.mean([c.cost(s) for s in sets_of(b)]) for b in base}
