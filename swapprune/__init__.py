@@ -7,7 +7,10 @@ and lm-eval comparisons with uncertainty.
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+from swapprune.engine import threads
 
 __version__ = "0.1.0"
 
@@ -40,13 +43,9 @@ _CALLS = ("score", "load_model", "plan_pruning", "prune", "run")
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         if name in _CALLS:
             # The thread choice is made before torch is imported, which some of these
             # modules do as they load (the call itself would find it made by then).
-            from swapprune.engine import threads
-
             if threads.CHOICE is None and "torch" not in sys.modules:
                 threads.apply()
         return getattr(importlib.import_module(_LAZY[name]), name)

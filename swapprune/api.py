@@ -129,7 +129,7 @@ def prune(model, tokenizer=None, budget: int | None = None, protocol: str = "int
     Example:
         >>> model, plan = swapprune.prune(model, tok, budget=4, protocol="interchange")
     """
-    from swapprune.edit.surgery import apply_plan
+    from swapprune.edit.surgery import apply_plan  # imports torch
 
     calibration, scores = kw.pop("calibration", None), kw.pop("scores", None)
     heldout, model_id = kw.pop("heldout", None), kw.pop("model_id", None)

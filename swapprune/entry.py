@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from swapprune.engine import threads
+
 F = TypeVar("F", bound=Callable[..., Any])
 #: What a stopped call keeps, from its arguments: a phrase, or ``None`` for nothing.
 Kept = Callable[..., "str | None"]
@@ -64,8 +66,6 @@ def entry_point(kept: Kept | None = None) -> Callable[[F], F]:
         def call(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(_depth, "n", 0)
             if depth == 0:
-                from swapprune.engine import threads
-
                 if threads.CHOICE is None:
                     threads.apply()
             _depth.n = depth + 1

@@ -19,6 +19,9 @@ from typing import Any
 from swapprune.config import RunConfig, stage_class
 from swapprune.errors import SwappruneError, did_you_mean
 
+# pipeline.checks brings numpy: both it and yaml are imported inside the functions that
+# read a recipe, so that building the command line's parser imports neither.
+
 
 def load_config(
     path: str | Path | None, overrides: list[str] | None = None, data: dict | None = None

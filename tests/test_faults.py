@@ -167,25 +167,23 @@ def test_two_runs_with_one_output_never_both_succeed(model_dir, tmp_path):
     assert _leftovers(parent) == []
 
 
-def test_an_output_that_appears_during_the_run_is_not_replaced(model_dir, tmp_path):
-    import swapprune.output.placement as placement
+def test_an_output_that_appears_during_the_run_is_not_replaced(model_dir, tmp_path, monkeypatch):
+    import swapprune.output.artifacts as artifacts
     from swapprune.cli import main
+    from swapprune.output.placement import move_into_place
 
     parent = tmp_path / "work"
     parent.mkdir()
     out = parent / "cut"
-    real = placement.move_into_place
 
     def someone_writes_first(tmp, dst, **kw):
         dst.mkdir()
         (dst / "mine.txt").write_text("a user's file")
-        return real(tmp, dst, **kw)
+        return move_into_place(tmp, dst, **kw)
 
-    placement.move_into_place = someone_writes_first
-    try:
-        assert main(_argv(model_dir, out)) == 2
-    finally:
-        placement.move_into_place = real
+    # patched where the writer looks it up (artifacts binds it at import)
+    monkeypatch.setattr(artifacts, "move_into_place", someone_writes_first)
+    assert main(_argv(model_dir, out)) == 2
     assert (out / "mine.txt").read_text() == "a user's file" and len(list(out.iterdir())) == 1
     kept = [p for p in parent.iterdir() if p.name.startswith("cut.run-")]
     assert len(kept) == 1 and (kept[0] / "plan.json").is_file()

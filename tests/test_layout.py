@@ -17,6 +17,10 @@ cycle at all. Two layers are held to their side of it:
   :class:`~swapprune.pipeline.stages.NextCut`, an error's
   :class:`~swapprune.errors.Fix`) and the CLI writes it as a command line.
 
+An import placed inside a function must delay something: a heavy package (:data:`HEAVY`)
+or a module of the package that imports one at its top. Every other import belongs at the
+module's top.
+
 Every check has a self-test that builds a violating case and shows it is caught.
 """
 
@@ -229,6 +233,188 @@ def test_an_import_of_cli_from_below_it_is_caught(tmp_path):
     assert bad == [
         ("swapprune.pipeline.stages", "swapprune.cli.argv"),
         ("swapprune.select.reuse", "swapprune.cli.argv"),
+    ]
+
+
+#: Third-party packages that are slow to import or optional: an import placed inside a
+#: function may wait for one of them, or for a module of the package that imports one.
+HEAVY = (
+    "torch",
+    "transformers",
+    "lm_eval",
+    "peft",
+    "optimum",
+    "matplotlib",
+    "accelerate",
+    "safetensors",
+    "gguf",
+    "numpy",
+    "datasets",
+    "llmcompressor",
+    "tqdm",
+    "yaml",
+    "huggingface_hub",
+)
+#: Imports inside functions that delay nothing heavy, each kept for a cycle: ``(module,
+#: imported)`` -> why. engine/scores.py imports select/regime.py at its top, and so runs
+#: select/__init__.py, which imports adaptive and stability (through reference).
+KEPT_FOR_A_CYCLE = {
+    ("swapprune.select.adaptive", "swapprune.engine.scores"): "engine.scores -> select",
+    ("swapprune.select.stability", "swapprune.engine.scores"): "engine.scores -> select",
+}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _lazy_names(path: Path) -> dict[str, str]:
+    """A package's ``_LAZY = {name: module}``: the names its ``__getattr__`` imports."""
+    for s in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(s, ast.Assign) and any(getattr(t, "id", "") == "_LAZY" for t in s.targets):
+            return ast.literal_eval(s.value)
+    return {}
+
+
+def _loaded_by(node, name: str, is_pkg: bool, mods, lazy) -> list[str]:
+    """What an import statement loads: package modules (and the packages above them, whose
+    ``__init__`` runs first) and third-party modules by their dotted names."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        for a in node.names:
+            full = f"{base}.{a.name}"
+            names.append(full if full in mods else lazy.get(base, {}).get(a.name, base))
+    out = []
+    for t in names:
+        if t.split(".")[0] != PACKAGE.name:
+            out.append(t)
+            continue
+        while t and t not in mods:
+            t = t.rpartition(".")[0]
+        parts = t.split(".")
+        out.extend(".".join(parts[: i + 1]) for i in range(len(parts)))
+    return out
+
+
+def heavy_at_import(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the heavy third-party modules (dotted, as written) that importing it imports:
+    its top-level imports (not those inside functions or under ``if TYPE_CHECKING:``),
+    followed through the package's own modules."""
+    mods = _modules(package)
+    lazy = {m: _lazy_names(p) for m, p in mods.items() if p.name == "__init__.py"}
+    loads: dict[str, list[str]] = {}
+    for name, path in mods.items():
+        found: list[str] = []
+
+        def walk(stmts, name=name, path=path, found=found):
+            for s in stmts:
+                if isinstance(s, (ast.Import, ast.ImportFrom)):
+                    found.extend(_loaded_by(s, name, path.name == "__init__.py", mods, lazy))
+                elif isinstance(s, ast.If):
+                    walk([] if _is_type_checking(s.test) else s.body)
+                    walk(s.orelse)
+                elif isinstance(s, ast.Try):
+                    walk(s.body + [x for h in s.handlers for x in h.body] + s.orelse)
+                    walk(s.finalbody)
+                elif isinstance(s, (ast.With, ast.ClassDef)):
+                    walk(s.body)
+
+        walk(ast.parse(path.read_text(encoding="utf-8")).body)
+        loads[name] = found
+    heavy = {
+        m: {t for t in ts if t not in mods and t.split(".")[0] in HEAVY} for m, ts in loads.items()
+    }
+    changed = True
+    while changed:
+        changed = False
+        for m, ts in loads.items():
+            for t in ts:
+                if t in heavy and t != m and not heavy[t] <= heavy[m]:
+                    heavy[m] |= heavy[t]
+                    changed = True
+    return heavy
+
+
+def _optional(node, parents) -> bool:
+    """Inside a ``try`` whose handler catches ImportError: an optional package."""
+    p = parents.get(node)
+    while p is not None:
+        if isinstance(p, ast.Try) and any(
+            h.type is not None and "ImportError" in ast.unparse(h.type) for h in p.handlers
+        ):
+            return True
+        p = parents.get(p)
+    return False
+
+
+def imports_that_delay_nothing(package: Path = PACKAGE) -> list[str]:
+    """``module:line: import`` for each import inside a function that waits for no heavy
+    package (what it imports, the module has imported already or is light), but those
+    inside a ``try`` that catches ImportError and those of :data:`KEPT_FOR_A_CYCLE`."""
+    mods = _modules(package)
+    lazy = {m: _lazy_names(p) for m, p in mods.items() if p.name == "__init__.py"}
+    heavy = heavy_at_import(package)
+    bad = []
+    for name, path in sorted(mods.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+        seen: set[int] = set()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                loaded = _loaded_by(node, name, path.name == "__init__.py", mods, lazy)
+                waits = set()
+                for t in loaded:
+                    if t in mods:
+                        waits |= heavy[t] - heavy[name]
+                    elif t.split(".")[0] in HEAVY and t not in heavy[name]:
+                        waits.add(t)
+                kept = any((name, t) in KEPT_FOR_A_CYCLE for t in loaded)
+                if not waits and not kept and not _optional(node, parents):
+                    bad.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+def test_imports_inside_functions_only_delay_a_heavy_package():
+    bad = imports_that_delay_nothing()
+    assert not bad, "imports inside functions that delay nothing (move them to the top):\n" + (
+        "\n".join(bad)
+    )
+
+
+def test_an_import_inside_a_function_that_delays_nothing_is_caught(tmp_path):
+    pkg = _package(
+        tmp_path,
+        {
+            "errors.py": "",
+            "model/stack.py": "import torch\n",
+            "stats/boot.py": "import numpy as np\n",
+            "select/core.py": "import numpy as np\n"
+            + IN_FUNCTION.format("from swapprune.stats.boot import x")
+            + IN_FUNCTION.replace("f()", "g()").format("from swapprune.model.stack import y")
+            + IN_FUNCTION.replace("f()", "h()").format("import numpy"),
+            "plan.py": IN_FUNCTION.format("from swapprune.stats import boot")
+            + IN_FUNCTION.replace("f()", "g()").format("from swapprune.errors import E")
+            + "def h():\n    try:\n        import fcntl\n    except ImportError:\n        pass\n",
+        },
+    )
+    assert imports_that_delay_nothing(pkg) == [
+        "swapprune.plan:4: from swapprune.errors import E",
+        "swapprune.select.core:3: from swapprune.stats.boot import x",
+        "swapprune.select.core:7: import numpy",
     ]
 
 

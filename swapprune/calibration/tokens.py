@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.gguf.convert import cache_root
+from swapprune.output.artifacts import write_bytes_atomic
+
 FORMAT = 1
 
 
@@ -47,8 +50,6 @@ def _key(tokenizer, text: str, add_special_tokens: bool) -> str | None:
 
 def cache_dir() -> Path:
     """``<cache_root>/tokens`` (not created)."""
-    from swapprune.gguf.convert import cache_root
-
     return cache_root() / "tokens"
 
 
@@ -66,8 +67,6 @@ def _read(path: Path, key: str) -> list[int] | None:
 
 
 def _write(path: Path, key: str, ids: list[int]) -> None:
-    from swapprune.output.artifacts import write_bytes_atomic
-
     buf = io.BytesIO()
     arr = np.asarray(ids, dtype=np.int64)
     np.savez(buf, key=np.array(key), n=np.array(arr.shape[0]), ids=arr)

@@ -6,18 +6,24 @@ job, ``swapprune prune``. Each command lives in its own module with
 :class:`~swapprune.config.RunConfig` from flags generated out of the
 configuration's field metadata, calls the library and prints a summary that
 ends with the natural next command. Every user error prints one line and
-exits with status 2; nothing here imports torch until a command runs.
+exits with status 2; nothing here imports torch until a command runs. Each command's
+``run`` imports the stages it calls (numpy, and torch behind them): building the parser,
+which imports every command's module, imports neither.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from swapprune import __version__
 from swapprune.cli.argv import command_line
-from swapprune.cli.options import Formatter, Parser
+from swapprune.cli.options import Formatter, Parser, apply_quick, check_required
+from swapprune.engine import threads
 from swapprune.errors import SwappruneError, Terminated, did_you_mean
 
 #: command -> (module, one-line help). ``prune`` is the default command.
@@ -91,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -110,8 +114,6 @@ def _main(argv: list[str] | None) -> int:
         argv.insert(0, "prune")
     parser = build_parser()
     if argv and argv[0] in COMMANDS:
-        from swapprune.cli.options import apply_quick
-
         apply_quick(parser.commands[argv[0]], argv)
     try:
         args = parser.parse_args(argv)
@@ -120,8 +122,6 @@ def _main(argv: list[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    from swapprune.cli.options import check_required
-
     missing = check_required(args)
     if missing:
         print(
@@ -131,8 +131,6 @@ def _main(argv: list[str] | None) -> int:
         )
         return 2
     if args.command != "list":
-        from swapprune.engine import threads
-
         threads.apply()  # before the command imports torch: one place, one decision
     previous = _terminate_cleanly()
     try:
@@ -148,8 +146,6 @@ def _main(argv: list[str] | None) -> int:
         return 130
     finally:
         if previous is not None:
-            import signal
-
             signal.signal(signal.SIGTERM, previous)
 
 
@@ -171,9 +167,6 @@ def error_line(e: SwappruneError) -> str:
 def _terminate_cleanly():
     """Turn SIGTERM into an exception, so every cleanup runs (what timeout, systemd, Slurm and
     Kubernetes send); returns the previous handler (``None`` off the main thread)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return None
 

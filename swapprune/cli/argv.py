@@ -16,12 +16,16 @@ fields a command always needs (``--model``, ``--budget``, ``--output``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from swapprune.config.fields import default_of
+from swapprune.config.run import stage_class
+from swapprune.config.select import SelectConfig
 
 #: Fields written on every command line that has them, default or not.
 ALWAYS = ("name", "budget", "output")
@@ -112,8 +116,6 @@ def changed(cfg, **sections: dict[str, Any] | None):
 
     A section given as ``None`` is dropped; one the configuration lacks is built.
     """
-    from swapprune.config.run import stage_class
-
     out = cfg
     for name, values in sections.items():
         if values is None:
@@ -127,9 +129,6 @@ def changed(cfg, **sections: dict[str, Any] | None):
 
 def default_output(model: str, protocol: str, budget: int) -> str:
     """``./<model name>-<protocol>-<budget>``: where a prune run without ``--output`` writes."""
-    import re
-    from pathlib import Path
-
     name = re.sub(r"\.gguf$", "", Path(model.rstrip("/")).name) or "model"
     return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}-{protocol}-{budget}"
 
@@ -140,8 +139,6 @@ def prune_config(cfg, budget: int, protocol: str | None = None, **prune: Any):
     ``prune``: further selection fields to change. For a run that applied a plan
     (``apply``), a fresh selection by ``protocol``.
     """
-    from swapprune.config.select import SelectConfig
-
     sel = cfg.prune if cfg.prune is not None and cfg.prune.plan is None else SelectConfig()
     protocol = protocol or sel.protocol
     out = default_output(cfg.model.name, protocol, budget)

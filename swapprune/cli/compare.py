@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from swapprune.cli import say_to_stderr
 from swapprune.cli.options import add_common, add_section, section_from
 from swapprune.config import (
     CalibrationConfig,
@@ -53,8 +55,6 @@ def add_arguments(p) -> None:
 
 def kept_on_interrupt(args) -> str | None:
     """The cells measured so far stay in the output's cache, which the same command reuses."""
-    from pathlib import Path
-
     cache = Path(getattr(args, "compare.output")) / "cache"
     if cache.is_dir() and any(cache.iterdir()):
         return f"partial files removed; the cells finished so far are in {cache}, and the same command reuses them"
@@ -62,8 +62,6 @@ def kept_on_interrupt(args) -> str | None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from swapprune.studies.compare import CompareJob, run_compare
 
     job = CompareJob(
@@ -76,7 +74,6 @@ def run(args) -> int:
         compare=section_from(args, CompareConfig, "compare"),
         select=section_from(args, SelectConfig, "prune"),
     )
-    from swapprune.cli import say_to_stderr
     from swapprune.cli.next_steps import compare_quick
 
     res = run_compare(

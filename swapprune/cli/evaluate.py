@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
+from swapprune.cli import say_to_stderr
 from swapprune.cli.options import add_command_sections, add_common, section_from
 from swapprune.config import EvalConfig, ModelConfig, RunConfig
+from swapprune.errors import SwappruneError
+from swapprune.model.load import resolve_source
 
 EPILOG = """examples:
   swapprune eval --model pruned/ --output pruned/eval.json
@@ -27,7 +33,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_eval_summary
     from swapprune.pipeline.checks import check_config
     from swapprune.pipeline.sequence import run as run_pipeline
@@ -48,22 +53,16 @@ def run(args) -> int:
 def _baseline(given: str, cfg: RunConfig, say, progress: bool):
     """The baseline's results: an eval JSON as it is, or a model evaluated the same way first
     (its JSON written beside ``--output`` as ``NAME.baseline.json``)."""
-    from pathlib import Path
-
-    from swapprune.errors import SwappruneError
-    from swapprune.evaluation import EvalResult
-
     path = Path(given)
     if path.is_file() and path.suffix == ".json":
+        from swapprune.evaluation import EvalResult
+
         try:
             return EvalResult.from_json(path.read_text())
         except OSError as e:
             raise SwappruneError(f"cannot read --baseline {given}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
             raise SwappruneError(f"--baseline {given} is not an eval JSON ({e})") from None
-    import dataclasses
-
-    from swapprune.model.load import resolve_source
     from swapprune.pipeline.sequence import run as run_pipeline
 
     resolve_source(given)  # a typo fails here, before the evaluated model loads

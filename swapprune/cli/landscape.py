@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
+from math import comb
 from pathlib import Path
 from typing import Any
 
+from swapprune.cli import say_to_stderr
 from swapprune.cli.options import REQUIRED, _csv, add_common, add_section, section_from
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig
-from swapprune.errors import SwappruneError
+from swapprune.config.select import HELDOUT_TOKENS
+from swapprune.engine.estimate import duration
+from swapprune.errors import SwappruneError, unknown_name
+from swapprune.studies.landscape_picks import CRITERIA, PickSettings, run_criteria
 
 EPILOG = """examples:
   swapprune landscape --budget 2 --bf16-screening --output land2/
@@ -106,11 +111,9 @@ class Job:
 
 def job_of(args) -> Job:
     """Everything that needs neither the model's facts nor its weights."""
-    from swapprune.config.select import HELDOUT_TOKENS
     from swapprune.select.constraints import check_names
     from swapprune.select.landscape import parse_shape
     from swapprune.studies.landscape import LandscapeSettings
-    from swapprune.studies.landscape_picks import CRITERIA
 
     cal = section_from(args, CalibrationConfig, "calibration", adaptive="off")
     run = RunConfig(model=section_from(args, ModelConfig, "model"), calibration=cal)
@@ -133,8 +136,6 @@ def job_of(args) -> Job:
 
     for c in names:
         if c not in known():
-            from swapprune.errors import unknown_name
-
             raise unknown_name("criterion", c, known())
     settings = LandscapeSettings(
         budget=args.budget,
@@ -170,10 +171,6 @@ def admissible_of(job: Job, facts):
         serve.in_phase if serve is not None else None,
     )  # fmt: skip
     if n > MAX_BUDGET and not a.force:
-        from math import comb
-
-        from swapprune.engine.estimate import duration
-
         secs = estimate_seconds(facts, adm.upper_count(), job.settings)
         when = f", about {duration(sum(secs.values()))} of CPU time at one thread" if secs else ""
         raise SwappruneError(
@@ -194,8 +191,6 @@ def admissible_of(job: Job, facts):
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
-    from swapprune.engine.estimate import duration
     from swapprune.pipeline import stages
     from swapprune.studies.landscape_estimate import estimate_seconds
 
@@ -227,11 +222,9 @@ def run(args) -> int:
 
 def _run(job: Job, loaded, adm, serve, say):
     from swapprune.calibration.heldout import heldout_windows
-    from swapprune.config.select import HELDOUT_TOKENS
     from swapprune.pipeline import stages
     from swapprune.select.reference import Heldout
     from swapprune.studies.landscape import build_windows, run_landscape
-    from swapprune.studies.landscape_picks import PickSettings, run_criteria
 
     a, s = job.args, job.settings
     calibration = stages.calibrate(job.run, loaded)

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from swapprune.edit.merging import MERGES
+from swapprune.engine.orders import PROBES
+from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
+from swapprune.serving.rules import RUNTIME_VERSIONS, RUNTIMES
+
 
 def add_arguments(p) -> None:
     pass
 
 
 def run(args) -> int:
-    from swapprune.edit.merging import MERGES
-    from swapprune.engine.orders import PROBES
-    from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR
     from swapprune.select import criteria
     from swapprune.select.constraints import NONE
     from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT
     from swapprune.select.strategies import describe as describe_strategies
-    from swapprune.serving.rules import RUNTIME_VERSIONS, RUNTIMES
 
     crit = criteria.describe()
     strategies = [

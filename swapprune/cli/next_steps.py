@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING
 
 from swapprune.cli.argv import changed, command_line, default_output, prune_command, prune_config
 from swapprune.config import QUICK, EvalConfig, ModelConfig, RunConfig, SelectConfig
+from swapprune.config.cells import cell_select
 from swapprune.config.fields import default_of
+from swapprune.model.arch import context_length
 from swapprune.pipeline.record import Wording
+from swapprune.pipeline.stages import cheaper_cut as next_cut
+from swapprune.select.certificate import OWN
 from swapprune.studies.compare import quick_job, quick_limit
 
 if TYPE_CHECKING:
@@ -98,8 +102,6 @@ def advice(res, write: Write = command_line) -> str:
     evidence: the same cut on twice the held-out windows. Otherwise: evaluate it.
     ``write`` writes a run that cuts again (a recipe's: its ``--set`` overrides).
     """
-    from swapprune.select.certificate import OWN
-
     cfg, out, plan = res.config, res.output, res.plan
     cert = plan.records.measured
     warned = bool((res.metrics.get("cost") or {}).get("warning"))
@@ -110,8 +112,6 @@ def advice(res, write: Write = command_line) -> str:
     if selecting and (best is not None or warned):
         return better_cut(cfg, best, patch=warned, write=write)
     if warned:
-        from swapprune.pipeline.stages import cheaper_cut as next_cut
-
         cut = next_cut(cfg, plan)
         if cut is not None:
             return cheaper_cut(cfg, cut, write)
@@ -119,8 +119,6 @@ def advice(res, write: Write = command_line) -> str:
         return heldout_rerun(cfg, out, 2 * cert.windows, write)
     context = None
     if res.model is not None:
-        from swapprune.model.arch import context_length
-
         context = context_length(res.model.config)
     return eval_pruned(cfg, out, context)
 
@@ -150,8 +148,6 @@ def prune_after_compare(job, results: dict, scores_path) -> str:
     }
     label = min(costs, key=lambda k: costs[k]) if costs else job.compare.criteria[0]
     cell, _, patch = label.partition("+")  # a patched cell: CRITERION[@...]+linear
-    from swapprune.config.cells import cell_select
-
     sel = cell_select(cell.split(":")[0] if cell.startswith("random") else cell)
     extra: dict = {"scores": str(scores_path)} if scores_path else {}
     if patch:

@@ -16,9 +16,10 @@ import types
 import typing
 from typing import Any
 
-from swapprune.cli.argv import flag
+from swapprune.cli.argv import COMMANDS, flag
 from swapprune.config import QUICK
-from swapprune.errors import SwappruneError
+from swapprune.config.run import stage_class
+from swapprune.errors import SwappruneError, did_you_mean
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,8 +32,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         hint = f"; see '{self.prog} --help'"
         if message.startswith("unrecognized arguments: "):
-            from swapprune.errors import did_you_mean
-
             flags = [o for a in self._all_actions() for o in a.option_strings]
             first = message.split(": ", 1)[1].split()[0]
             hint = did_you_mean(first, flags) + hint
@@ -163,9 +162,6 @@ def add_command_sections(
 ) -> None:
     """The sections of ``command`` as :data:`swapprune.cli.argv.COMMANDS` lists them (the
     same table turns a configuration back into this command's line)."""
-    from swapprune.cli.argv import COMMANDS
-    from swapprune.config.run import stage_class
-
     for sec in COMMANDS[command]:
         add_section(
             parser,

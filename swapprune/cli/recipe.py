@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shlex
+
+from swapprune.cli import say_to_stderr
+from swapprune.errors import SwappruneError
+from swapprune.recipe import describe_schema, load_config
+
 EPILOG = """examples:
   swapprune run recipes/demo.yaml
   swapprune run recipes/prune_heal_quantize.yaml --set prune.budget=6 --set export.output=runs/b6
@@ -31,10 +39,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
-    from swapprune.errors import SwappruneError
-    from swapprune.recipe import describe_schema, load_config
-
     if args.schema:
         print(describe_schema())
         return 0
@@ -73,8 +77,6 @@ CUT_SECTIONS = ("calibration", "prune", "cost", "export")
 def recipe_writer(recipe: str, overrides: list[str], cfg):
     """Writes a run that differs from the recipe's ``cfg`` in its cut as the recipe's command:
     its own ``--set`` overrides, then one for each field that differs (later ones win)."""
-    import dataclasses
-    import shlex
 
     def write(new) -> str:
         sets = list(overrides)
@@ -98,8 +100,6 @@ def recipe_writer(recipe: str, overrides: list[str], cfg):
 
 def yaml_value(value) -> str:
     """``value`` as ``--set`` reads it (YAML): plain text when it reads back as itself."""
-    import json
-
     import yaml
 
     if isinstance(value, str) and yaml.safe_load(value) == value:

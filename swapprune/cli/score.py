@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from swapprune.cli import say_to_stderr
 from swapprune.cli.options import add_command_sections, add_common, section_from
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, ScoreConfig
 
@@ -28,7 +29,6 @@ def kept_on_interrupt(args) -> str | None:
 
 
 def run(args) -> int:
-    from swapprune.cli import say_to_stderr
     from swapprune.cli.summary import print_score_summary
     from swapprune.pipeline.checks import check_config
     from swapprune.pipeline.sequence import run as run_pipeline

@@ -5,7 +5,11 @@ from __future__ import annotations
 import shlex
 
 from swapprune.cli import next_steps
+from swapprune.engine.estimate import duration
+from swapprune.evaluation import compare
+from swapprune.evaluation.names import WIKITEXT2_PPL
 from swapprune.records import CertificateSkipped
+from swapprune.serving.report import summary_lines
 
 
 def _q(path) -> str:
@@ -90,8 +94,6 @@ def checkpoint_lines(res) -> list[str]:
             f"generation with KV cache == without: {sc.get('generate_cache_equal')} "
             f"({sc.get('wall_s', 0):.1f}s)"
         )
-    from swapprune.serving.report import summary_lines
-
     out += summary_lines(res.metrics, res.plan)  # the --serve constraint, model.gguf, serving
     estimate = (res.metrics.get("estimate") or {}).get("prune")
     if estimate and "seconds" in estimate:
@@ -128,8 +130,6 @@ def print_score_summary(res, resumed: bool, top: int = 5) -> None:
 
 
 def print_eval_summary(res, baseline=None, baseline_given: bool = False) -> None:
-    from swapprune.evaluation import compare
-
     result = res.eval.get("base")
     for name, t in result.tasks.items():
         n = len(t.unit_ids)
@@ -202,8 +202,6 @@ def _point_cost(res, point: str, metric: str, value: float) -> str:
     if metric == "heldout_ppl" and res.config.heal is not None:
         windows = res.config.heal.heldout
     elif metric == "wikitext2_ppl":
-        from swapprune.evaluation.names import WIKITEXT2_PPL
-
         result = res.eval.get(point)
         task = result.tasks.get(WIKITEXT2_PPL) if result is not None else None
         windows = len(task.unit_ids) if task is not None else None
@@ -212,8 +210,6 @@ def _point_cost(res, point: str, metric: str, value: float) -> str:
 
 def time_line(metrics: dict, estimate: dict) -> str:
     """The time the run took, beside what was estimated before it started."""
-    from swapprune.engine.estimate import duration
-
     wall = metrics.get("wall_s", {})
     counted = {k: v for k, v in wall.items() if k in ESTIMATED}
     said = f"~{duration(estimate['seconds'])}"

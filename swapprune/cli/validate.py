@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from swapprune.cli import say_to_stderr
 from swapprune.cli.options import add_common, add_section, section_from
 from swapprune.config import CalibrationConfig, ModelConfig, RunConfig, ValidateConfig
 
@@ -21,8 +24,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from swapprune.studies.validity import run_validity
     from swapprune.studies.validity_report import validity_markdown
 
@@ -31,8 +32,6 @@ def run(args) -> int:
         calibration=section_from(args, CalibrationConfig, "calibration"),
     )
     validate = section_from(args, ValidateConfig, "validate")
-    from swapprune.cli import say_to_stderr
-
     result, out = run_validity(
         cfg, validate, progress=not args.no_progress, say=say_to_stderr(args)
     )

@@ -19,8 +19,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
+from swapprune.calibration.windows import load_calibration
 from swapprune.config import HealConfig
 from swapprune.errors import SwappruneError, unknown_name
+from swapprune.model.arch import context_length
+from swapprune.model.stack import decoder_stack
 
 
 @dataclass
@@ -56,8 +59,6 @@ class HealReport:
 
 def heal_windows(tokenizer, config: HealConfig, max_positions: int | None = None) -> HealWindows:
     """Cut the training and held-out windows (disjoint), before any forward pass."""
-    from swapprune.calibration.windows import load_calibration
-
     config.check()
     cal = load_calibration(
         tokenizer,
@@ -77,8 +78,6 @@ def heal_windows(tokenizer, config: HealConfig, max_positions: int | None = None
 
 def default_targets(model) -> list[str]:
     """Names (last component) of the linear projections inside the decoder blocks."""
-    from swapprune.model.stack import decoder_stack
-
     names = []
     for name, mod in decoder_stack(model).blocks.named_modules():
         # GPT-2 style models use transformers' Conv1D; peft adapts both.
@@ -106,8 +105,6 @@ def near_cut_layers(plan) -> list[int]:
 
 
 def _check_targets(model, targets: list[str]) -> None:
-    from swapprune.model.stack import decoder_stack
-
     leaves = {n.rsplit(".", 1)[-1] for n, _ in decoder_stack(model).blocks.named_modules() if n}
     for t in targets:
         if t.rsplit(".", 1)[-1] not in leaves:
@@ -178,8 +175,6 @@ def heal(
     """
     from peft import LoraConfig, get_peft_model
 
-    from swapprune.model.stack import decoder_stack
-
     config = config or HealConfig()
     config.check()
     if config.distill and teacher is None:
@@ -194,8 +189,6 @@ def heal(
     targets = list(config.target_modules or default_targets(model))
     _check_targets(model, targets)
     if windows is None:
-        from swapprune.model.arch import context_length
-
         windows = heal_windows(tokenizer, config, context_length(model.config))
     probe = windows.train[:8]
     start = time.perf_counter()

@@ -62,6 +62,7 @@ from typing import Any
 
 import torch
 
+from swapprune.engine.runner import PlanRunner
 from swapprune.errors import SwappruneError
 from swapprune.model.arch import ARCHITECTURES, ArchSpec
 from swapprune.model.stack import decoder_stack, get_submodule
@@ -230,8 +231,6 @@ def fit_patches(
         ``(patches, record)``: the record holds block evaluations, block-tokens, the
         solve's seconds and the windows.
     """
-    from swapprune.engine.runner import PlanRunner
-
     check_patchable(model, removed, int(input_ids.numel()))
     spec, scale = fold_site(model)
     assert spec.mlp_out is not None

@@ -26,6 +26,7 @@ import torch
 
 from swapprune.config import QuantizeConfig
 from swapprune.errors import SwappruneError
+from swapprune.output.tokenizer_files import save_tokenizer
 
 #: Recipe scheme -> optimum-quanto weight qtype name.
 #: Scheme -> optimum-quanto weight qtype name (the names are config.SCHEMES).
@@ -133,8 +134,6 @@ def save_quantized(
     try:
         QuantizedModelForCausalLM(model).save_pretrained(tmp)
         if tokenizer is not None:
-            from swapprune.output.tokenizer_files import save_tokenizer
-
             save_tokenizer(tokenizer, tmp)
         results = _selfcheck(tmp, model, check_ids) if config.selfcheck else {"skipped": True}
         (tmp / "README.md").write_text(

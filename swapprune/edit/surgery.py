@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from swapprune.edit.merging import get_merge
+from swapprune.edit.patch import fold
 from swapprune.errors import SwappruneError
 from swapprune.model.arch import (
     INDEX_DEPENDENT_KEYS,
@@ -81,8 +82,6 @@ def apply_plan(
     if plan.patch is not None:
         if patches is None:
             raise SwappruneError("the plan carries a linear patch: pass its matrices (patches=)")
-        from swapprune.edit.patch import fold
-
         got = sorted(tuple(p.span) for p in patches)
         want = sorted(tuple(s["span"]) for s in plan.patch["spans"])
         if got != want:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from swapprune.engine.head import token_nll
 from swapprune.engine.probes import kl_rows
 from swapprune.engine.runner import PlanRunner
 
@@ -194,8 +195,6 @@ class CalibrationOracle:
 
     def _nll(self, final: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """``[B * T]`` next-token NLL of the final states ``[B, T, H]`` (vocabulary-sliced head)."""
-        from swapprune.engine.head import token_nll
-
         device = self.runner.head_device
         hidden = final.reshape(-1, final.shape[-1]).to(device)
         return token_nll(self.runner.stack, hidden, tgt.reshape(-1).to(device))

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from swapprune import __version__
+from swapprune import __version__, defaults
 from swapprune.calibration.windows import Calibration, load_calibration
 from swapprune.engine.orders import PAIR_PROBES, parse_pairs, parse_protocols
 from swapprune.engine.probes import PartialUnit, ProbeEngine, Unit
@@ -48,8 +48,10 @@ from swapprune.engine.resume import incomplete_record, resume
 from swapprune.engine.scores import ScoreResult
 from swapprune.entry import entry_point
 from swapprune.errors import SwappruneError, unknown_name
+from swapprune.model.arch import context_length
 from swapprune.model.fingerprint import model_fingerprint
 from swapprune.model.stack import decoder_stack
+from swapprune.output.placement import sole_writer
 from swapprune.stats import N_BOOT
 
 POSITIONS = ("last", "all")
@@ -268,8 +270,6 @@ def _sole_writer(out, shard: tuple[int, int]):
     """One run at a time on a file it resumes and rewrites for a long time (none for shards)."""
     if out is None or shard[1] != 1:
         return contextlib.nullcontext()
-    from swapprune.output.placement import sole_writer
-
     return sole_writer(Path(out).expanduser().absolute())
 
 
@@ -280,9 +280,6 @@ def _calibration(model, tokenizer, calibration, calib, prompts, tokens, seed) ->
         return Calibration(calibration.long(), "tensor", seed)
     if tokenizer is None:
         raise SwappruneError("scoring needs a tokenizer or precomputed calibration windows")
-    from swapprune import defaults
-    from swapprune.model.arch import context_length
-
     return load_calibration(
         tokenizer,
         calib,

@@ -107,7 +107,7 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
     Returns:
         The merged :class:`ScoreResult` on rank 0, ``None`` on other ranks.
     """
-    from swapprune.engine.probing import score
+    from swapprune.engine.probing import score  # imports torch
 
     for key in ("shard", "out"):
         if key in score_kwargs:

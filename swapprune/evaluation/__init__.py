@@ -22,6 +22,7 @@ when a model is evaluated.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from swapprune.evaluation.names import ALIASES, NATIVE_TASKS, PACK_DIR, resolve_tasks
@@ -56,8 +57,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'swapprune.evaluation' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -31,7 +31,17 @@ from dataclasses import dataclass
 
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
+from swapprune.evaluation.generative import generative_cost
+from swapprune.evaluation.pairing import compare
+from swapprune.evaluation.perplexity import run_wikitext2_ppl, sliding_windows
+from swapprune.evaluation.quiet import quiet_lm_eval
+from swapprune.evaluation.results import EvalResult
+from swapprune.evaluation.suite import _offline
 from swapprune.stats import bootstrap
+from swapprune.stats.verdicts import cut_key
+
+# edit.surgery and model.stack import torch, and lm-eval is heavy: they are imported
+# where a model is measured.
 
 # First windows of the matched contract scored by the quick check: 8 windows
 # of 512 tokens moved by 256 cover about 2.3K scored tokens (the full 5K-word
@@ -173,11 +183,6 @@ def pruning_cost(
     if plan is not None and getattr(plan, "op", "remove") != "remove":
         raise SwappruneError("a merge plan has no zero-copy view; pass the merged model as pruned=")
     from swapprune.edit.surgery import pruned_view
-    from swapprune.evaluation.pairing import compare
-    from swapprune.evaluation.perplexity import run_wikitext2_ppl, sliding_windows
-    from swapprune.evaluation.quiet import quiet_lm_eval
-    from swapprune.evaluation.results import EvalResult
-    from swapprune.evaluation.suite import _offline
 
     kept = list(getattr(plan, "kept", plan)) if plan is not None else None
     start = time.perf_counter()
@@ -206,8 +211,6 @@ def pruning_cost(
             after = ppl(view)
     else:
         after = ppl(pruned)
-    from swapprune.stats.verdicts import cut_key
-
     L = _num_blocks(model)
     keys = (cut_key(range(L)), cut_key(kept) if kept is not None else "pruned model")
     cmp, verdict = compare(base, after, TASK, n_boot=n_boot, names=("base", "cut"), keys=keys)
@@ -228,8 +231,6 @@ def pruning_cost(
         threshold=threshold,
     )
     if generative:
-        from swapprune.evaluation.generative import generative_cost
-
         gen = generative_cost(
             model,
             tokenizer,

@@ -57,6 +57,7 @@ from swapprune.evaluation.names import EXTENDED_PPL
 from swapprune.evaluation.perplexity import TEST_TEXT, Window, first_words, tokenize
 from swapprune.evaluation.results import Metric, TaskResult
 from swapprune.stats import bootstrap
+from swapprune.stats.clustered import clustered_ci_ppl
 
 #: Windows kept per article.
 PER_ARTICLE = 1
@@ -212,8 +213,6 @@ def run_wikitext2_extended(
     Raises:
         SwappruneError: On a model context shorter than a window, or no window.
     """
-    from swapprune.stats.clustered import clustered_ci_ppl
-
     if lm.max_length < max_length:
         raise SwappruneError(f"model max_length {lm.max_length} < window length {max_length}")
     start = time.perf_counter()

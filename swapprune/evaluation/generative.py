@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from swapprune.errors import SwappruneError
 from swapprune.stats import bootstrap
 
@@ -267,9 +269,7 @@ def generative_cost(
     Raises:
         SwappruneError: Without exactly one of ``plan`` and ``pruned``, or with a merge plan.
     """
-    import numpy as np
-
-    from swapprune.edit.surgery import pruned_view
+    from swapprune.edit.surgery import pruned_view  # imports torch
 
     if (plan is None) == (pruned is None):
         raise SwappruneError(

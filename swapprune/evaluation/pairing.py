@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from swapprune.errors import SwappruneError
 from swapprune.evaluation.results import EvalResult
 from swapprune.stats import bootstrap
+from swapprune.stats.clustered import paired_replicates, percentile_interval
+from swapprune.stats.comparison import compare_cuts
+from swapprune.stats.verdicts import DEFAULT_MARGIN
 
 if TYPE_CHECKING:
     from swapprune.stats.verdicts import Verdict
@@ -60,10 +65,6 @@ def paired(
     Raises:
         SwappruneError: If the task is missing or the units do not pair up.
     """
-    import numpy as np
-
-    from swapprune.stats.clustered import paired_replicates, percentile_interval
-
     ta, tb, metric = _pairable(a, b, task, metric)
     stat = ta.metrics[metric].statistic
     assert stat is not None  # checked by _pairable
@@ -120,9 +121,6 @@ def compare(
         SwappruneError: If the task is missing, the units do not pair up, or a margin in
             points has a baseline value of 0.
     """
-    from swapprune.stats.comparison import compare_cuts
-    from swapprune.stats.verdicts import DEFAULT_MARGIN
-
     cmp = paired(a, b, task, metric, n_boot, seed)
     ta, tb, metric = _pairable(a, b, task, metric)
     m = ta.metrics[metric]

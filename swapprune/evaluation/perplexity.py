@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from swapprune.calibration.tokens import encode
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
 from swapprune.evaluation.names import WIKITEXT2_PPL
@@ -99,8 +100,6 @@ def score_windows(lm, ids: list[int], windows: list[Window]) -> list[float]:
 
 def tokenize(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` with the tokenizer's default special tokens (BOS)."""
-    from swapprune.calibration.tokens import encode
-
     return encode(tokenizer, text, add_special_tokens=True)
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
 
 from swapprune.evaluation import contract
 from swapprune.evaluation.extended import PER_ARTICLE, run_wikitext2_extended
@@ -138,8 +139,6 @@ def evaluate(
 
 
 def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from swapprune.edit.surgery import apply_plan
+from swapprune.gguf.convert import clear_gguf_marker, parse_once
 from swapprune.model.arch import TYPE_KEY
 from swapprune.model.stack import decoder_stack
 from swapprune.output.checkpoint import (
@@ -38,8 +40,6 @@ def load_gguf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> Any
     """transformers' own load of a GGUF file (de-quantized to ``dtype``), in eval mode."""
     from transformers import AutoModelForCausalLM
 
-    from swapprune.gguf.convert import clear_gguf_marker, parse_once
-
     path = Path(path)
     with parse_once(quiet=True):
         model = AutoModelForCausalLM.from_pretrained(
@@ -53,8 +53,6 @@ def pruned_reference(
     source: str | Path, plan: PrunePlan, dtype: torch.dtype = torch.float32
 ) -> nn.Module:
     """The source GGUF de-quantized by transformers, with ``plan`` applied (the in-memory model)."""
-    from swapprune.edit.surgery import apply_plan
-
     return apply_plan(load_gguf_model(source, dtype), plan, log=lambda _msg: None)
 
 

@@ -33,6 +33,7 @@ Deleting the cache directory is always safe; nothing prunes old entries.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import importlib.metadata
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf.bounds import check_header_bounds
 from swapprune.output.artifacts import locked, staging_dir, write_json_atomic
 
 FORMAT = 1
@@ -263,8 +265,6 @@ def parse_once(quiet: bool = False) -> Iterator[None]:
     de-quantization progress bar (a bare tqdm) is off. Restored on exit; a hook
     whose target is missing in this transformers/gguf version is skipped.
     """
-    import copy
-
     import gguf
 
     patches: list[tuple[Any, str, Any]] = []
@@ -331,8 +331,6 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     :class:`~swapprune.errors.SwappruneError` for a file that is not a readable GGUF.
     """
     import gguf
-
-    from swapprune.gguf.bounds import check_header_bounds
 
     try:
         check_header_bounds(path)  # before the reader trusts counts the file cannot hold

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf.source import inspect_source
+from swapprune.model.load import resolve_source
+from swapprune.plan import PrunePlan
 
 if TYPE_CHECKING:
     from swapprune.config.run import RunConfig
@@ -61,8 +64,6 @@ def gguf_output(config: RunConfig) -> GGUFOutput:
             non-GGUF input, a merge, a linear patch, healing, no prune stage, or a
             source the writer refuses: truncated, corrupt, an unsupported architecture).
     """
-    from swapprune.model.load import resolve_source
-
     x = config.export
     if x is None or x.gguf == "off":
         is_gguf = x is not None and resolve_source(config.model.name).gguf_file is not None
@@ -73,8 +74,6 @@ def gguf_output(config: RunConfig) -> GGUFOutput:
         if x.gguf == "on":
             raise SwappruneError(f"--gguf on cannot be met: {why}")
         return GGUFOutput(False, why if source.gguf_file else None)
-    from swapprune.gguf.source import inspect_source
-
     assert source.gguf_path is not None
     try:
         checked = inspect_source(source.gguf_path)
@@ -97,8 +96,6 @@ def _why_not(config: RunConfig, is_gguf: bool) -> str | None:
         )
     op, patched = p.op, p.patch != "none"
     if p.plan is not None:
-        from swapprune.plan import PrunePlan
-
         plan = PrunePlan.from_json(p.plan)
         op, patched = (
             ("merge" if plan.merged or plan.op != "remove" else "remove"),

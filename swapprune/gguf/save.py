@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf.decision import gguf_output
+from swapprune.gguf.writer import write_pruned_gguf
+from swapprune.model.arch import TYPE_KEY, text_config
+from swapprune.serving.phase import phase_rule
 
 GGUF_NAME = "model.gguf"
 
@@ -42,8 +46,6 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
     Raises:
         SwappruneError: ``--gguf on`` and the cut cannot be written; the self-check failed.
     """
-    from swapprune.gguf.decision import gguf_output
-
     out = gguf_output(config)
     if not out.write or out.source is None:
         return {"written": False, "reason": out.reason} if out.reason else None
@@ -52,8 +54,7 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
         if config.export.gguf == "on":
             raise SwappruneError(f"--gguf on cannot be met: {why}")
         return {"written": False, "reason": why}
-    from swapprune.gguf.check import gguf_selfcheck
-    from swapprune.gguf.writer import write_pruned_gguf
+    from swapprune.gguf.check import gguf_selfcheck  # imports torch
 
     check = gguf_selfcheck(model, check_ids) if config.export.selfcheck else None
     record = write_pruned_gguf(out.source.path, plan, directory / GGUF_NAME, check=check)
@@ -64,16 +65,11 @@ def save_gguf(config, directory: Path, model, plan, check_ids=None) -> dict[str,
 
 def writes_gguf(config) -> bool:
     """Whether the run is set to write ``model.gguf`` (the cut may still refuse it)."""
-    from swapprune.gguf.decision import gguf_output
-
     return gguf_output(config).write
 
 
 def _cut_refused(model, plan, source) -> str | None:
     """Why this cut cannot be a pruned GGUF that transformers reloads as checked, or ``None``."""
-    from swapprune.model.arch import TYPE_KEY, text_config
-    from swapprune.serving.phase import phase_rule
-
     if plan.op != "remove" or plan.merged or plan.patch:
         return "the cut changes the kept blocks' weights, so their quantized bytes cannot be copied"
     config = text_config(model.config)

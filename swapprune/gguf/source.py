@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf import writer
+from swapprune.gguf.convert import _signature, gguf_cache_dir
+from swapprune.output.artifacts import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,6 @@ def inspect_source(path: str | os.PathLike) -> GGUFSource:
         SwappruneError: the file is missing, truncated or corrupt, or its
             architecture or metadata cannot be pruned (the writer's own refusal).
     """
-    from swapprune.gguf.writer import gguf_metadata, prunable, read_gguf
-
     p = Path(path).expanduser().absolute()
     try:
         st = p.stat()
@@ -66,9 +67,9 @@ def inspect_source(path: str | os.PathLike) -> GGUFSource:
         found = _recall(p, st)
         if found is None:
             try:
-                reader = read_gguf(p)
-                arch, count = prunable(reader, p)
-                found = GGUFSource(p, arch, count, gguf_metadata(reader))
+                reader = writer.read_gguf(p)
+                arch, count = writer.prunable(reader, p)
+                found = GGUFSource(p, arch, count, writer.gguf_metadata(reader))
             except SwappruneError as e:
                 found = e
             _remember(p, st, found)
@@ -83,15 +84,11 @@ SOURCES = "sources.json"
 
 
 def _memo_path() -> Path:
-    from swapprune.gguf.convert import gguf_cache_dir
-
     return gguf_cache_dir() / SOURCES
 
 
 def _recall(path: Path, st: os.stat_result) -> GGUFSource | SwappruneError | None:
     """The on-disk memo of ``path`` at this stat signature, or ``None``."""
-    from swapprune.gguf.convert import _signature
-
     try:
         hit = json.loads(_memo_path().read_text()).get(str(path))
     except (OSError, ValueError, AttributeError):
@@ -108,9 +105,6 @@ def _recall(path: Path, st: os.stat_result) -> GGUFSource | SwappruneError | Non
 
 def _remember(path: Path, st: os.stat_result, found: GGUFSource | SwappruneError) -> None:
     """Record ``found`` for ``path`` if the file did not change while it was read."""
-    from swapprune.gguf.convert import _signature, gguf_cache_dir
-    from swapprune.output.artifacts import write_json_atomic
-
     try:
         if _signature(path.stat()) != _signature(st) or not gguf_cache_dir().is_dir():
             return

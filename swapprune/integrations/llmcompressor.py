@@ -47,8 +47,11 @@ import torch
 from loguru import logger
 from pydantic import Field, PrivateAttr, create_model, model_validator
 
+from swapprune.api import cut
+from swapprune.calibration.windows import load_calibration
 from swapprune.config import CalibrationConfig, SelectConfig
 from swapprune.config.fields import default_of
+from swapprune.edit.surgery import apply_plan
 from swapprune.errors import SwappruneError
 from swapprune.integrations.oneshot_data import (
     ONESHOT,
@@ -57,6 +60,10 @@ from swapprune.integrations.oneshot_data import (
     windows_line,
 )
 from swapprune.integrations.saved_config import changed_keys, keep_config_on_save
+from swapprune.model.arch import context_length
+from swapprune.model.facts import ModelFacts
+from swapprune.model.load import load_tokenizer
+from swapprune.model.stack import decoder_stack
 from swapprune.pipeline.checks import check_selection, selection_spec
 
 __all__ = ["DepthPruningModifier", "windows_from_dataloader", "calibration_dataloader"]
@@ -181,11 +188,6 @@ class _DepthPruning(Modifier):
         return dict(self._timings)
 
     def on_initialize(self, state: State, **kwargs) -> bool:
-        from swapprune.api import cut
-        from swapprune.edit.surgery import apply_plan
-        from swapprune.model.facts import ModelFacts
-        from swapprune.model.stack import decoder_stack
-
         model = state.model
         _refuse_prepared_model(model)
         select, cal = self.configs()
@@ -245,9 +247,6 @@ class _DepthPruning(Modifier):
                 "data: pass dataset= to oneshot, or leave calib unset to use "
                 "swapprune's default text"
             )
-        from swapprune.calibration.windows import load_calibration
-        from swapprune.model.arch import context_length
-
         tok = self._load_tokenizer(model)
         return load_calibration(
             tok, cal.calib, cal.prompts, cal.tokens, cal.seed, context_length(model.config)
@@ -269,8 +268,6 @@ class _DepthPruning(Modifier):
                 "DepthPruningModifier needs calibration windows: pass a dataset to oneshot, "
                 "or set tokenizer= to the model's tokenizer (name or path)"
             )
-        from swapprune.model.load import load_tokenizer
-
         return load_tokenizer(name)
 
 

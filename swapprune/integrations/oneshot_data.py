@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 from loguru import logger
+from torch.utils.data import DataLoader
 
-from swapprune.calibration.windows import Calibration
+from swapprune.calibration.windows import Calibration, load_calibration
 from swapprune.config import CalibrationConfig
 from swapprune.config.fields import default_of
 from swapprune.errors import SwappruneError
@@ -104,10 +105,6 @@ def calibration_dataloader(
     would use, and quantization modifiers that need data calibrate on the same.
     ``samples`` and ``tokens`` default to CalibrationConfig's.
     """
-    from torch.utils.data import DataLoader
-
-    from swapprune.calibration.windows import load_calibration
-
     cal = load_calibration(
         tokenizer,
         source,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.gguf.convert import lookup, read_header
 from swapprune.model import arch
 
 
@@ -93,8 +94,6 @@ _GGUF_MODEL_TYPES = {"gemma3": "gemma3_text", "gptneox": "gpt_neox", "qwen3moe":
 
 def from_gguf_header(path: str | Path) -> ModelFacts:
     """Facts of a GGUF file from its header (``gguf.GGUFReader``; no tensor data is read)."""
-    from swapprune.gguf.convert import read_header
-
     fields = read_header(path)
     name = fields.get("general.architecture")
     if not isinstance(name, str):
@@ -121,8 +120,6 @@ def read_facts(source) -> ModelFacts | None:
     the local Hugging Face cache. ``None`` when none of these is at hand.
     """
     if source.gguf_file:
-        from swapprune.gguf.convert import lookup
-
         entry = lookup(source.gguf_path)
         if entry is not None:
             return from_json_file(entry / "config.json")

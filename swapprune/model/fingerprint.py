@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from swapprune.errors import SwappruneError
+from swapprune.model.stack import decoder_stack
 
 # Config keys that describe how a model was loaded, not which model it is.
 _VOLATILE = {
@@ -95,8 +96,6 @@ def model_fingerprint(model: Any) -> dict[str, Any]:
     Deterministic across loads of the same checkpoint in the same dtype;
     ``config`` and ``weights`` are 16-hex-digit SHA-256 prefixes.
     """
-    from swapprune.model.stack import decoder_stack
-
     stack = decoder_stack(model)
     h = hashlib.sha256()
     emb = model.get_input_embeddings()

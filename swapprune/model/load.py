@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.entry import entry_point
-from swapprune.errors import SwappruneError
+from swapprune.errors import SwappruneError, unknown_name
 from swapprune.gguf import convert as gguf
 from swapprune.model.source import ALIASES, ModelSource, check_resolvable, resolve_source
 
@@ -44,8 +44,6 @@ def resolve_dtype(name: str | None, device: str):
 
     name = name or "float32"
     if name not in DTYPES:
-        from swapprune.errors import unknown_name
-
         raise unknown_name("dtype", name, DTYPES)
     return getattr(torch, name)
 

@@ -17,6 +17,7 @@ Imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -219,8 +220,6 @@ def _hub_problem(repo_id: str) -> str | None:
 
 def _did_you_mean(spec: str) -> str:
     """The closest alias, local model directory, GGUF file or cached hub model."""
-    import difflib
-
     names = list(ALIASES) + _local_models() + _cached_hub_ids()
     close = difflib.get_close_matches(spec, names, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -29,7 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from swapprune import __version__
 from swapprune.errors import SwappruneError
+from swapprune.output.placement import is_space_error, move_into_place, space_error
 
 PROVENANCE = "provenance.json"
 MAX_NAME = 255  # bytes in one path component on common file systems
@@ -187,8 +189,6 @@ def staging_dir(
     ``expected``, what ``out`` held when the run started). A full disk or the
     file-size limit becomes one line naming ``out`` and ``needs`` bytes.
     """
-    from swapprune.output.placement import is_space_error, move_into_place, space_error
-
     out = Path(out).expanduser().absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_partials(out)
@@ -242,8 +242,6 @@ def _write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        from swapprune.output.placement import is_space_error, space_error
-
         if is_space_error(e):
             raise space_error(path, e, len(data)) from None
         raise
@@ -274,8 +272,6 @@ def versions() -> dict[str, str | None]:
                 out[name] = importlib.metadata.version(dist)
                 break
     if out["swapprune"] is None:
-        from swapprune import __version__
-
         out["swapprune"] = __version__
     out["python"] = sys.version.split()[0]
     return out

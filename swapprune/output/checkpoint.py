@@ -28,6 +28,8 @@ from swapprune.model.stack import decoder_stack
 from swapprune.output.artifacts import PROVENANCE, check_output_dir, staging_dir, write_json_atomic
 from swapprune.output.artifacts import provenance as make_provenance
 from swapprune.output.card import model_card
+from swapprune.output.placement import output_state
+from swapprune.output.tokenizer_files import save_tokenizer
 from swapprune.plan import PrunePlan
 
 # New tokens of the self-check's greedy generation (cached run + one uncached forward).
@@ -70,8 +72,6 @@ def save_checkpoint(
         SwappruneError: bad ``out_dir`` (nothing written), or
         SelfCheckError: the reloaded checkpoint differs (nothing left in place).
     """
-    from swapprune.output.placement import output_state
-
     out = check_output_dir(out_dir, overwrite)
     with staging_dir(out, overwrite=overwrite, expected=output_state(out)) as tmp:
         return write_checkpoint(model, tokenizer, plan, tmp, **kwargs)
@@ -136,8 +136,6 @@ def write_checkpoint(
     with gguf_marker_cleared(model):
         _save_model(model, tmp, save_dtype)
     if tokenizer is not None:
-        from swapprune.output.tokenizer_files import save_tokenizer
-
         save_tokenizer(tokenizer, tmp)
     plan.to_json(tmp / "plan.json")
     (tmp / "mergekit.yaml").write_text(plan.mergekit_yaml(base_model_id, dtype=dtype_name))

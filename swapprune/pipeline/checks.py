@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from swapprune.gguf.decision import GGUFOutput, gguf_output
 from swapprune.model.arch import ARCHITECTURES
 from swapprune.model.facts import ModelFacts
 from swapprune.model.facts import read_facts as facts_of_source
+from swapprune.model.load import tokenizer_alone
 from swapprune.model.source import check_resolvable, resolve_source
 from swapprune.output.artifacts import (
     check_name,
@@ -253,8 +255,6 @@ def landscape_sets(path: str, num_layers: int, budget: int, count: int) -> list[
     Refused in one line: a file that is not a finished landscape, or one of another
     depth or budget (its model's fingerprint is checked once the model loads).
     """
-    import json
-
     try:
         state = json.loads(Path(path).read_text())
         refined = state["result"]["refined"]
@@ -342,8 +342,6 @@ def check_text(config: RunConfig, checked: Checked) -> TextWindows | None:
     selecting = p is not None and p.plan is None and spec is not None
     if facts is None or not (selecting or config.score is not None):
         return None
-    from swapprune.model.load import tokenizer_alone  # lazy: imports transformers
-
     tokenizer = tokenizer_alone(resolve_source(config.model.name))
     if tokenizer is None:
         return None

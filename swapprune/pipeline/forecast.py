@@ -22,7 +22,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swapprune.config import quick_of
-from swapprune.engine.estimate import Rates, Work, duration, pass_work, probe_work, set_work
+from swapprune.engine import threads
+from swapprune.engine.estimate import (
+    Rates,
+    Work,
+    duration,
+    measure_rates,
+    pass_work,
+    probe_work,
+    set_work,
+)
+from swapprune.engine.orders import parse_pairs
+from swapprune.errors import SwappruneError
+from swapprune.evaluation import contract
+from swapprune.evaluation.names import WIKITEXT2_PPL
+from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_windows, tokenize
+from swapprune.pipeline.checks import check_model, heldout_tokens
+from swapprune.select.auto import default_cap
+from swapprune.select.criteria import SWAP
+from swapprune.select.reference import NEIGHBOURS, SCREEN_WINDOWS
 
 if TYPE_CHECKING:
     from swapprune.config import RunConfig
@@ -126,8 +144,6 @@ def _pairs(num_layers: int) -> list[tuple[int, int]]:
 def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     """The selection of ``cfg.prune`` (probes or tranches, tie-break, certificate), then the
     patch fit and the cost check."""
-    from swapprune.pipeline.checks import heldout_tokens
-
     p, c = cfg.prune, cfg.calibration
     assert p is not None
     L, n, bs = facts.num_layers, spec.budget, c.batch_size
@@ -172,8 +188,6 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     if spec.certify:
         if not tranches:
             what += f"; certified on {h} held-out windows x {t} tokens"
-        from swapprune.select.reference import NEIGHBOURS, SCREEN_WINDOWS
-
         # the plausible sets, the unpruned model, BI's set, the other protocol's, the neighbours
         sets = spec.certify_sets + 2 + (len(spec.probes) > 1) + NEIGHBOURS
         parts.append(Part("certificate", set_work(L, n, sets, h, t, bs), bound=True))
@@ -182,8 +196,6 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         bi = pass_work(L, c.prompts, c.tokens, bs, head=False)
         parts.append(Part("reference", bi + screen, bound=True))
     if spec.policy == "auto":
-        from swapprune.select.auto import default_cap
-
         cap = min(default_cap(n, spec.constraints), spec.max_oracle_calls)
         later.append(
             Part(f"the beam if both-high ({cap} calls)", set_work(L, n, cap, h, t, bs), True)
@@ -218,8 +230,6 @@ def cost_check_part(cfg: RunConfig, facts, budget: int, windows: int | None = No
 
 def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
     """``cfg.score``: its probes on the calibration windows (pairs already in the file skipped)."""
-    from swapprune.engine.orders import parse_pairs
-
     s, c = cfg.score, cfg.calibration
     assert s is not None
     L = facts.num_layers
@@ -252,9 +262,6 @@ def of_scoring(cfg: RunConfig, facts) -> tuple[Forecast, Forecast]:
 
 def quick_selection(cfg: RunConfig, facts, scores_given: bool) -> Forecast | None:
     """:func:`selection` at the ``--quick`` settings, or ``None`` when those do not apply."""
-    from swapprune.errors import SwappruneError
-    from swapprune.pipeline.checks import check_model
-
     quick = quick_of(cfg)
     try:
         return selection(quick, facts, check_model(quick, facts), scores_given)
@@ -286,9 +293,7 @@ def announce(forecast: Forecast, model, calibration, batch_size: int, say, quick
     Returns:
         The :class:`~swapprune.engine.estimate.Rates` used, for a later forecast of the run.
     """
-    from swapprune.engine import threads
-    from swapprune.engine.estimate import measure_rates
-    from swapprune.model.stack import decoder_stack
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     L = decoder_stack(model).num_layers
     total = forecast.work
@@ -316,9 +321,6 @@ def record(forecast: Forecast) -> dict:
 
 def contract_windows(tokenizer, words: int, max_length: int, limit: int | None = None) -> int:
     """Windows of the matched contract with this tokenizer (what wikitext2_ppl scores)."""
-    from swapprune.evaluation import contract
-    from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_windows, tokenize
-
     ids = tokenize(tokenizer, first_words(TEST_TEXT.read_text(encoding="utf-8"), words))
     n = len(sliding_windows(len(ids), max_length, contract.stride(max_length)))
     return min(n, limit) if limit else n
@@ -326,8 +328,6 @@ def contract_windows(tokenizer, words: int, max_length: int, limit: int | None =
 
 def comparison(job, facts, tokenizer, probes, specs) -> Forecast:
     """``swapprune compare``: the shared probes, then one evaluation per model."""
-    from swapprune.evaluation.names import WIKITEXT2_PPL
-
     cmp, c, e = job.compare, job.run.calibration, job.eval
     L = facts.num_layers
     methods = sorted({label for label, _ in specs})
@@ -336,8 +336,6 @@ def comparison(job, facts, tokenizer, probes, specs) -> Forecast:
     if cmp.scores:
         what += f"; probes reused from {cmp.scores}"
     else:
-        from swapprune.engine.orders import parse_pairs
-
         pairs = parse_pairs(cmp.pairs, L)
         work = probe_work(L, pairs, probes, c.prompts, c.tokens, c.batch_size, c.positions)
         parts.append(Part("probes", work))
@@ -369,8 +367,6 @@ def comparison(job, facts, tokenizer, probes, specs) -> Forecast:
 
 def validity(run, validate, facts, target_windows: int) -> Forecast:
     """``swapprune validate``: swap probes, then the cost of deleting each block alone."""
-    from swapprune.select.criteria import SWAP
-
     c = run.calibration
     L, bs = facts.num_layers, c.batch_size
     probes = [p for p in SWAP if p in validate.criteria]

@@ -16,11 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from swapprune.config import RunConfig
+from swapprune.gguf.save import save_gguf, writes_gguf
+from swapprune.model.load import resolve_dtype
+from swapprune.output.artifacts import versions, write_json_atomic, write_text_atomic
+from swapprune.output.card import card_lines
 from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.stages import evaluate
+from swapprune.serving.report import ServingReport
 
 if TYPE_CHECKING:
     pass
+
+# edit/ and output.checkpoint import torch: they are imported inside the steps that
+# use them, so that checking a run imports no torch.
 
 Say = Callable[[str], None]
 
@@ -156,11 +164,7 @@ class RunBook(Steps):
         }
 
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
-        from swapprune.gguf.save import save_gguf, writes_gguf
-        from swapprune.model.load import resolve_dtype
-        from swapprune.output.card import card_lines
         from swapprune.output.checkpoint import write_checkpoint
-        from swapprune.serving.report import ServingReport
 
         x = self.config.export
         assert x is not None
@@ -215,8 +219,6 @@ class RunBook(Steps):
         )
 
     def finish(self, directory: Path, plan, scores) -> None:
-        from swapprune.output.artifacts import versions, write_json_atomic, write_text_atomic
-
         self.metrics.update(plan=plan.describe(), versions=versions())
         # Points and evaluations that measured nothing leave no empty record behind.
         for key in ("costs", "eval"):

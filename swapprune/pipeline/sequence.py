@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,10 +33,14 @@ from typing import Any
 
 from swapprune.config import RunConfig
 from swapprune.entry import entry_point, lines
+from swapprune.output.artifacts import staging_dir, write_json_atomic
 from swapprune.pipeline import checks, stages
 from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.cut import cut
 from swapprune.pipeline.record import RunBook, Say, Wording, recovery
+
+# edit/ imports torch: it is imported inside the stages that use it, so that checking a
+# run imports no torch.
 
 
 @dataclass
@@ -183,8 +188,6 @@ def run(
     with contextlib.ExitStack() as stack:
         directory = None
         if cfg.export:
-            from swapprune.output.artifacts import staging_dir
-
             directory = stack.enter_context(
                 staging_dir(
                     cfg.export.output,
@@ -238,10 +241,6 @@ def _heal_windows(cfg: RunConfig, loaded: stages.Loaded):
 
 
 def _write_eval(path: str, result, model_id: str) -> Path:
-    import json
-
-    from swapprune.output.artifacts import write_json_atomic
-
     data = json.loads(result.to_json())
     data["model"] = model_id
     write_json_atomic(path, data)

@@ -12,15 +12,30 @@ and ``swapprune compare``'s cells call too.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swapprune import evaluation
 from swapprune.config import RunConfig
+from swapprune.engine import sharding
+from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
+from swapprune.evaluation.cost import pruning_cost
+from swapprune.model.facts import ModelFacts
+from swapprune.model.load import load_model
+from swapprune.output import placement
 from swapprune.pipeline import checks, windows
 from swapprune.pipeline.checks import Checked
+from swapprune.plan import PrunePlan
+from swapprune.select import select as choose
+from swapprune.select.reuse import check_reused
 from swapprune.select.spec import names
+from swapprune.select.stability import plan_stability
+
+# model.stack, model.fingerprint, calibration.heldout and edit/ import torch: they are
+# imported inside the stages that use them, so that checking a run imports no torch.
 
 __all__ = [
     "Checked",
@@ -65,11 +80,7 @@ def output_state(config: RunConfig):
     :func:`swapprune.output.placement.output_state`."""
     if config.export is None:
         return False
-    from pathlib import Path
-
-    from swapprune.output.placement import output_state as state
-
-    return state(Path(config.export.output).expanduser().absolute())
+    return placement.output_state(Path(config.export.output).expanduser().absolute())
 
 
 def model_bytes(model, config: RunConfig) -> int:
@@ -86,8 +97,6 @@ def model_bytes(model, config: RunConfig) -> int:
 
 def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
     """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
-    from swapprune.model.facts import ModelFacts
-    from swapprune.model.load import load_model
     from swapprune.model.stack import decoder_stack
 
     m = config.model
@@ -130,11 +139,9 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
 
     Returns ``None`` on a non-zero rank of a ``torchrun`` job.
     """
-    from swapprune.engine.sharding import score_sharded
-
     s, c = config.score, config.calibration
     assert s is not None
-    return score_sharded(
+    return sharding.score_sharded(
         loaded.model,
         loaded.tokenizer,
         s.output,
@@ -154,9 +161,6 @@ def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True)
 def reuse_scores(path: str, loaded: Loaded, config: RunConfig | None = None):
     """A scores file from an earlier run, refused if it belongs to another model or lacks a
     probe the selection reads."""
-    from swapprune.engine.scores import ScoreResult
-    from swapprune.select.reuse import check_reused
-
     scores = ScoreResult.load(path)
     if scores.meta.get("incomplete"):
         raise SwappruneError(
@@ -198,8 +202,6 @@ def select(
     Returns:
         ``(plan, scores)``: scores the selection measured itself, or those given.
     """
-    from swapprune.plan import PrunePlan
-
     L = loaded.facts.num_layers
     p = config.prune
     if p is None:
@@ -213,14 +215,10 @@ def select(
         _same_model(plan.fingerprint, loaded, f"plan {p.plan}")
         return plan, scores
     if p.landscape:  # its sets join the certificate's reference: they must be this model's
-        import json
-
         state = json.loads(Path(p.landscape).read_text())
         _same_model(
             (state.get("model") or {}).get("fingerprint"), loaded, f"landscape {p.landscape}"
         )
-    from swapprune.select import select as choose
-
     plan, scores = choose(
         loaded.model,
         loaded.selection,
@@ -243,8 +241,6 @@ def stability(config: RunConfig, loaded: Loaded, plan, scores, book=None):
     Returns the :class:`~swapprune.select.stability.Stability`, or ``None`` for selections
     that cannot be resampled from scores (model-measured criteria, model-querying strategies).
     """
-    from swapprune.select.stability import plan_stability
-
     spec = loaded.selection
     stab = plan_stability(
         plan, scores, spec.constraints, seed=spec.seed, threshold=spec.stability_threshold
@@ -274,8 +270,6 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     p = config.prune
     assert p is not None
     if plan.patch is not None and p.plan is not None:
-        from pathlib import Path
-
         from swapprune.edit.patch import load_patches
 
         return load_patches(plan, Path(p.plan).parent)
@@ -340,8 +334,6 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
     patched one, and the record also holds the cost of the plain removal. A warning says
     what to try in words; the command line's summary turns it into one command.
     """
-    from swapprune.evaluation.cost import pruning_cost
-
     c = config.cost
     assert c is not None
     windows = c.windows or None
@@ -369,11 +361,9 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
 
 def evaluate(config: RunConfig, model, tokenizer):
     """Run ``config.eval``'s tasks on an in-memory model."""
-    from swapprune.evaluation import evaluate as run_tasks
-
     e = config.eval
     assert e is not None
-    return run_tasks(
+    return evaluation.evaluate(
         model,
         tokenizer,
         e.tasks,

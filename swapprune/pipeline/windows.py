@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from swapprune.config import RunConfig
+from swapprune.select.reference import Heldout
 
 
 def calibration(config: RunConfig, tokenizer, context: int | None):
@@ -44,7 +45,6 @@ def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
         return None
     # lazy: the windows are torch tensors
     from swapprune.calibration.heldout import FIX, heldout_windows
-    from swapprune.select.reference import Heldout
 
     c = config.calibration
     source = p.heldout_calib or c.calib

@@ -24,7 +24,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from swapprune.records import BlockWork, CertificateSkipped, Compute
-from swapprune.select import criteria, exhaustive, search, strategies  # noqa: F401 (registers)
+from swapprune.select import (  # noqa: F401 (criteria, exhaustive, search, strategies: they register)
+    adaptive,
+    core,
+    criteria,
+    exhaustive,
+    search,
+    strategies,
+)
+from swapprune.select.auto import select_auto
+from swapprune.select.certificate import spending_quantile
+from swapprune.select.reference import certified_plan, reconcile_stop
 
 if TYPE_CHECKING:
     from swapprune.plan import PrunePlan
@@ -62,8 +72,6 @@ def select(
     """
     given = scores
     if spec.policy == "auto":
-        from swapprune.select.auto import select_auto
-
         plan, scores = select_auto(
             model,
             spec,
@@ -76,20 +84,14 @@ def select(
     else:
         record, quantile, tiebreak = None, None, None
         if spec.policy == "adaptive" and scores is None:
-            from swapprune.select.adaptive import adaptive_score
-
-            result = adaptive_score(
+            result = adaptive.adaptive_score(
                 model, spec, calibration, model_id=model_id, heldout=heldout, progress=progress
             )
             scores, record, tiebreak = result.scores, result.record(), result.tiebreak
             meta = scores.meta["adaptive"]
             if meta["stop_rule"] == "certificate":
-                from swapprune.select.certificate import spending_quantile
-
                 quantile = spending_quantile(meta["looks"])
-        from swapprune.select.core import select_fixed
-
-        plan, scores = select_fixed(
+        plan, scores = core.select_fixed(
             model,
             spec,
             calibration,
@@ -100,8 +102,6 @@ def select(
         )
         plan.records.adaptive = record
         if spec.certify and heldout is not None:
-            from swapprune.select.reference import certified_plan, reconcile_stop
-
             plan = certified_plan(
                 model, spec, plan, scores, heldout, quantile=quantile, calibration=calibration
             )

@@ -57,6 +57,7 @@ from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
 from swapprune.records import AdaptiveRecord
 from swapprune.select.constraints import Constraints
+from swapprune.select.reference import certificate_judge
 from swapprune.select.spec import AdaptiveSettings
 from swapprune.select.stability import Stability, select_on, selection_stability
 from swapprune.stats.bootstrap import resample_indices
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
     from swapprune.select.criteria import Criterion
     from swapprune.select.spec import SelectionSpec
     from swapprune.select.strategies import Strategy
+
+# engine/ and calibration.windows import torch: they are imported where the model is
+# probed, so that the loop on given measurements imports no torch.
 
 IN_PLAY = 0.02
 
@@ -161,6 +165,7 @@ def tranches(
     Returns:
         An :class:`AdaptiveResult`.
     """
+    # engine.scores imports select.regime, and so this package's __init__, which imports this
     from swapprune.engine.scores import ScoreResult
 
     settings.check()
@@ -341,8 +346,6 @@ def adaptive_score(
         counter["block_tokens"] += L * sub.shape[0] * sub.shape[1]
     judge = None
     if heldout is not None and spec.certify:
-        from swapprune.select.reference import certificate_judge
-
         judge = certificate_judge(model, spec, heldout, crits, pool)
     result = tranches(
         measure,
@@ -390,7 +393,7 @@ def pair_ci(scores, protocol: str, pair: Pair, idx: np.ndarray) -> tuple[float, 
 
 
 def _with_pair_scaled(scores, pair: Pair, keys: Sequence[str], factor: float):
-    from swapprune.engine.scores import ScoreResult
+    from swapprune.engine.scores import ScoreResult  # as in tranches()
 
     pairs = dict(scores.pairs)
     pairs[pair] = {k: (x * factor if k in keys else x) for k, x in scores.pairs[pair].items()}

@@ -46,16 +46,29 @@ import numpy as np
 
 from swapprune.engine.orders import PAIR_PROBES
 from swapprune.errors import SwappruneError
+from swapprune.plan import PrunePlan
 from swapprune.records import AutoRecord, AutoSearch
+from swapprune.select import adaptive, core
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.certificate import plausible_sets
+from swapprune.select.certificate import plausible_sets, spending_quantile
 from swapprune.select.constraints import Constraints
+from swapprune.select.reference import (
+    bi_choice,
+    eligible,
+    pooled_counts,
+    reconcile_stop,
+    reference_certificate,
+)
 from swapprune.select.regime import regime_of
 from swapprune.select.search import beam_over
 from swapprune.select.spec import AUTO
+from swapprune.select.stability import plan_stability
 
 if TYPE_CHECKING:
     from swapprune.select.spec import SelectionSpec
+
+# engine/ imports torch: it is imported where the model is probed or queried, so that
+# selecting on given scores imports no torch.
 
 SHORTLIST = 6
 WIDTH = 3
@@ -118,9 +131,6 @@ def select_auto(
     Returns:
         The plan (``plan.records.auto`` holds the decision record) and the scores.
     """
-    from swapprune.select.core import select_fixed
-    from swapprune.select.stability import plan_stability
-
     needs = PAIR_PROBES
     if scores is not None and not all(p in scores.protocols() for p in needs):
         raise SwappruneError("--protocol auto needs scores with replacement and interchange")
@@ -131,14 +141,12 @@ def select_auto(
     adaptive_record, quantile = None, None
     if scores is None:
         if spec.adaptive is not None:
-            from swapprune.select.adaptive import adaptive_score
-
             crits = [criteria_mod.get(p) for p in criteria_mod.SWAP]
-            res = adaptive_score(model, spec, calibration, crits, model_id, heldout, progress)
+            res = adaptive.adaptive_score(
+                model, spec, calibration, crits, model_id, heldout, progress
+            )
             scores, adaptive_record = res.scores, res.record(stability=False)
             if scores.meta["adaptive"]["stop_rule"] == "certificate":
-                from swapprune.select.certificate import spending_quantile
-
                 quantile = spending_quantile(scores.meta["adaptive"]["looks"])
         else:
             from swapprune.engine.probing import score
@@ -159,7 +167,7 @@ def select_auto(
         raise SwappruneError("--protocol auto needs adjacent pairs scored with both protocols")
     plans = {}
     for proto in needs:
-        plans[proto], _ = select_fixed(
+        plans[proto], _ = core.select_fixed(
             model,
             spec.for_criterion(proto),
             calibration,
@@ -186,8 +194,6 @@ def select_auto(
             model, spec, plan, stab, selections, verified, heldout, quantile, calibration
         )
     if adaptive_record is not None:
-        from swapprune.select.reference import reconcile_stop
-
         reconcile_stop(adaptive_record, plan.records.certificate)
     plan.protocol = AUTO
     if verified:
@@ -214,14 +220,6 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile,
     alternatives are the beam's set, replacement's choice, Block Influence's set and the
     landscape's top sets; the kept set's neighbours join them.
     """
-    from swapprune.plan import PrunePlan
-    from swapprune.select.reference import (
-        bi_choice,
-        eligible,
-        pooled_counts,
-        reference_certificate,
-    )
-
     counts = pooled_counts({p: s for p, s in stab.items() if s is not None})
     own, _ = plausible_sets(
         plan.removed, counts, spec.certify_floor, spec.certify_sets, eligible=eligible(spec)

@@ -17,9 +17,13 @@ from swapprune.errors import SwappruneError
 from swapprune.plan import PrunePlan
 from swapprune.records import PlanRecords, RemovalOrder
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.constraints import Constraints
+from swapprune.select.constraints import Constraints, enforce
+from swapprune.select.constraints import record as serve_record
 from swapprune.select.spec import SelectionSpec
 from swapprune.select.strategies import SelectionInputs, Strategy
+
+# engine/ imports torch: it is imported where the model is probed or queried, so that
+# selecting on given scores imports no torch.
 
 TIEBREAK_RULE = "smaller mean residual update ||h_out - h_in|| first"
 
@@ -106,9 +110,6 @@ def select_fixed(
     record: dict[str, Any] = {"importance": [_num(x) for x in importance]}
     records = PlanRecords()
     if cons.serve is not None:  # the in-phase constraint overrides the strategy's own rule
-        from swapprune.select.constraints import enforce
-        from swapprune.select.constraints import record as serve_record
-
         removed = enforce(cons, choice.removed, importance, tiebreak)
         records.serve = serve_record(cons, choice.removed, removed, importance)
     if tiebreak is not None:

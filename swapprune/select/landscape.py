@@ -56,6 +56,8 @@ from math import comb
 import numpy as np
 
 from swapprune.errors import SwappruneError
+from swapprune.select.certificate import cost_samples
+from swapprune.stats.bootstrap import resample_indices
 
 Removal = tuple[int, ...]
 
@@ -281,8 +283,6 @@ def costs_points(
     nll: Mapping[Removal, np.ndarray], base: np.ndarray, tokens: np.ndarray
 ) -> dict[Removal, float]:
     """``100 * c(S)`` on all windows, for every set of ``nll``."""
-    from swapprune.select.certificate import cost_samples
-
     base = np.asarray(base, dtype=np.float64)
     tokens = np.asarray(tokens, dtype=np.float64)
     none = np.zeros((0, len(base)), dtype=np.int64)
@@ -321,9 +321,6 @@ def refined_rows(
     ``c(S; I_b) - c(best; I_b)`` the regret's (percentile intervals at ``level``), in
     dPPL points; the best set's regret is 0 on every resample.
     """
-    from swapprune.select.certificate import cost_samples
-    from swapprune.stats.bootstrap import resample_indices
-
     base = np.asarray(base, dtype=np.float64)
     tokens = np.asarray(tokens, dtype=np.float64)
     idx = resample_indices(len(base), n_boot, seed)

@@ -23,6 +23,7 @@ import numpy as np
 
 from swapprune.plan import PrunePlan
 from swapprune.records import AdaptiveRecord, CertificateSkipped
+from swapprune.select import core
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.certificate import (
     Certificate,
@@ -30,10 +31,15 @@ from swapprune.select.certificate import (
     certify,
     mass_outside,
     plausible_sets,
+    spending_quantile,
 )
-from swapprune.select.constraints import Constraints
+from swapprune.select.constraints import Constraints, enforce
 from swapprune.select.spec import SelectionSpec
+from swapprune.select.stability import plan_stability
+from swapprune.select.strategies import SelectionInputs, get_strategy
 from swapprune.stats import LEVEL
+
+# engine.oracle imports torch: it is imported where the model is queried.
 
 #: Held-out windows the +-1 neighbours are screened on (the first choosing windows).
 SCREEN_WINDOWS = 2
@@ -107,14 +113,11 @@ def next_choices(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple
     criteria, strategies that query the model), on the recorded importance; a
     strategy that queries the model is replaced by ``ranked`` here.
     """
-    from swapprune.select.strategies import SelectionInputs, get_strategy
-
     imp = np.array([np.inf if v is None else v for v in plan.scores.get("importance", [])])
     if len(imp) != spec.num_layers:
         return []
     tb = (plan.scores.get("tiebreak") or {}).get("values")
     tiebreak = None if tb is None else np.array([np.inf if v is None else v for v in tb])
-    from swapprune.select.constraints import enforce
 
     strategy = get_strategy("ranked") if spec.strategy.queries_model else spec.strategy
     out: list[tuple[int, ...]] = []
@@ -138,8 +141,6 @@ def next_choices(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple
 def plausible(spec, plan, scores, extra: Sequence[Sequence[int]] = ()):
     """``(A, counts, how)`` for ``plan``'s selection: its plausible sets, the bootstrap's
     counts (``None`` when it cannot be resampled) and how ``A`` was built."""
-    from swapprune.select.stability import plan_stability
-
     stab = plan_stability(plan, scores, spec.constraints, spec.n_boot, spec.seed)
     ok = eligible(spec)
     if stab is not None:
@@ -189,9 +190,7 @@ def bi_choice(model, spec: SelectionSpec, calibration, heldout: Heldout) -> Remo
         return heldout._memo["bi"]
     found = None
     if calibration is not None and spec.op == "remove":
-        from swapprune.select.core import select_fixed
-
-        plan, _ = select_fixed(
+        plan, _ = core.select_fixed(
             model, spec.for_criterion("bi", True), calibration, None, progress=False
         )
         heldout.spend("reference", plan.scores.get("oracle_compute") or {})
@@ -207,10 +206,10 @@ def other_choice(model, spec: SelectionSpec, calibration, scores) -> tuple[str, 
         return None
     if not all(p in scores.protocols() for p in criteria_mod.SWAP):
         return None
-    from swapprune.select.core import select_fixed
-
     other = next(p for p in criteria_mod.SWAP if p != name)
-    plan, _ = select_fixed(model, spec.for_criterion(other), calibration, scores, progress=False)
+    plan, _ = core.select_fixed(
+        model, spec.for_criterion(other), calibration, scores, progress=False
+    )
     return other, tuple(plan.removed)
 
 
@@ -356,7 +355,6 @@ def certificate_judge(
     choices and Block Influence's set; the kept set's neighbours wait for the final
     certificate (:func:`reconcile_stop` says when it disagrees with the stop).
     """
-    from swapprune.select.certificate import spending_quantile
 
     def judge(scores, stability: dict, look: int, looks: int) -> dict:
         q = spending_quantile(looks)

@@ -44,6 +44,8 @@ import warnings
 
 import numpy as np
 
+from swapprune.stats.bootstrap import resample_indices
+
 HIGH = 0.10
 REPL_FLOOR = 0.05
 DIVERGENT_IR = 0.7
@@ -227,8 +229,6 @@ def regime(pairs, idx=None, positions: str | None = None, deletion=None) -> dict
 
 def regime_of(scores, n_boot: int | None = None, seed: int | None = None) -> dict | None:
     """:func:`regime` of a :class:`~swapprune.engine.scores.ScoreResult`, with confidence."""
-    from swapprune.stats.bootstrap import resample_indices
-
     n = scores.num_windows()
     idx = resample_indices(n, n_boot or scores.n_boot, scores.seed if seed is None else seed)
     return regime(

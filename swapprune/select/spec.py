@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from swapprune.edit.merging import get_merge
 from swapprune.errors import SwappruneError, unknown_name
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.constraints import Constraints
@@ -216,8 +217,6 @@ def resolve(select: SelectConfig, calibration: CalibrationConfig):
     if select.op not in OPS:
         raise unknown_name("operation", select.op, OPS)
     if select.op == "merge":
-        from swapprune.edit.merging import get_merge
-
         get_merge(select.merge)
     if select.oracle not in ORACLE_METRICS:
         raise unknown_name("oracle metric", select.oracle, ORACLE_METRICS)

@@ -23,7 +23,7 @@ import numpy as np
 from swapprune.errors import SwappruneError
 from swapprune.records.policy import THRESHOLD, Stability
 from swapprune.select import criteria as criteria_mod
-from swapprune.select.constraints import Constraints
+from swapprune.select.constraints import Constraints, enforce
 from swapprune.select.strategies import get_strategy
 from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
@@ -47,6 +47,7 @@ def _rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def resampled(scores, rows: np.ndarray):
     """A copy of ``scores`` whose per-window values are those of windows ``rows``."""
+    # engine.scores imports select.regime, and so this package's __init__, which imports this
     from swapprune.engine.scores import ScoreResult
 
     return ScoreResult(
@@ -87,7 +88,6 @@ def select_on(
     chosen = sorted(int(b) for b in strat.select(importance, budget, cons, **inputs))
     if cons.serve is None:
         return chosen
-    from swapprune.select.constraints import enforce  # as select_fixed does, on every resample
 
     return enforce(cons, chosen, importance, tiebreak)
 

@@ -22,7 +22,7 @@ from itertools import combinations
 from math import comb
 from typing import Any
 
-from swapprune.errors import SwappruneError
+from swapprune.errors import SwappruneError, unknown_name
 from swapprune.serving.rules import (
     FULL,
     GGUF_SWA_LIST,
@@ -91,8 +91,6 @@ def phase_rule(model_type: str, runtime: str, config: Mapping[str, Any] | None =
         SwappruneError: an unknown runtime, or a family the runtime does not serve.
     """
     if runtime not in RUNTIMES:
-        from swapprune.errors import unknown_name
-
         raise unknown_name("serving runtime", runtime, RUNTIMES)
     family = SERVING.get(model_type)
     config = dict(config or {})

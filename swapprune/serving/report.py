@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from swapprune.gguf import writer
 from swapprune.gguf.save import GGUF_NAME, gguf_card_lines, gguf_lines
 from swapprune.model.arch import TYPE_KEY, get, text_config
 from swapprune.serving.view import FULL, ServingView, serving_view
@@ -47,9 +48,7 @@ class ServingReport:
         self.views = {"safetensors": self._view(saved)}
         gguf = directory / GGUF_NAME
         if self.gguf and self.gguf.get("written") is not False and gguf.is_file():
-            from swapprune.gguf.writer import gguf_metadata, read_gguf
-
-            self.views["gguf"] = self._view(gguf_metadata(read_gguf(gguf)))
+            self.views["gguf"] = self._view(writer.gguf_metadata(writer.read_gguf(gguf)))
         return self.views
 
     def _view(self, config: dict) -> ServingView:

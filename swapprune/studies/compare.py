@@ -27,6 +27,7 @@ from swapprune.output.artifacts import provenance, write_json_atomic
 from swapprune.pipeline import checks, stages
 from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.record import Steps, Wording
+from swapprune.select.reuse import check_reused
 from swapprune.studies.compare_cells import Cells, cell_specs, method_runs, variant
 from swapprune.studies.compare_job import CompareJob
 from swapprune.studies.compare_plots import write_plots
@@ -123,8 +124,6 @@ def _scores(job: CompareJob, loaded, calibration, probes, specs, out: Path, prog
     """The probes every cell reads: reused from ``--scores`` (refused when a cell's probe is
     missing), or measured once on the shared windows into ``OUT/scores.json``."""
     if job.compare.scores:
-        from swapprune.select.reuse import check_reused
-
         scores = stages.reuse_scores(job.compare.scores, loaded)
         for spec in specs.values():  # a cell must not probe again what the file lacks
             check_reused(scores, spec, job.compare.scores, flag="--criteria")

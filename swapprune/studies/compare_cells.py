@@ -31,10 +31,12 @@ from swapprune.evaluation import EvalResult, evaluate
 from swapprune.evaluation import generative as g
 from swapprune.evaluation.names import EXTENDED_PPL
 from swapprune.output.artifacts import locked, write_text_atomic
+from swapprune.pipeline import stages
 from swapprune.pipeline.checks import check_model
 from swapprune.pipeline.cut import cut
 from swapprune.pipeline.record import Steps
 from swapprune.plan import PrunePlan
+from swapprune.stats.verdicts import cut_key
 from swapprune.studies.cache import cached, content_key
 
 if TYPE_CHECKING:
@@ -104,8 +106,6 @@ def merge_key(plan) -> dict:
 
 def model_key(plan) -> str:
     """The identity of a cell's model for its verdicts: blocks, merges and rule, patch."""
-    from swapprune.stats.verdicts import cut_key
-
     key = cut_key(plan.kept, plan.merged)
     if plan.merged:
         key += f"|rule:{plan.merge}"
@@ -118,12 +118,12 @@ def model_key(plan) -> str:
 def variant(model, plan):
     """The pruned model of ``plan``, in memory: a view for removals, a copy for merges."""
     if plan.op == "remove":
-        from swapprune.edit.surgery import pruned_view
+        from swapprune.edit.surgery import pruned_view  # imports torch
 
         with pruned_view(model, plan.kept) as view:
             yield view
     else:
-        from swapprune.edit.surgery import apply_plan
+        from swapprune.edit.surgery import apply_plan  # imports torch
 
         yield apply_plan(copy.deepcopy(model), plan, log=lambda *_: None)
 
@@ -309,7 +309,6 @@ class Cells:
         """The cell of ``plan`` with a ``kind`` patch: fitted (cached), folded into a copy, scored."""
         from swapprune.edit.patch import load_patches, save_patches  # imports torch
         from swapprune.edit.surgery import apply_plan  # imports torch
-        from swapprune.pipeline import stages
 
         loaded, calibration = self.loaded, self.calibration
         cfg = method_config(self.job, entry, seed, plan.budget or len(plan.removed))

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.select.regime import HIGH as CONDITIONAL
+from swapprune.select.regime import REPL_FLOOR as STRONG
+
 #: One marker and dash per method, so lines that lie on each other stay apart.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DASHES = ("-", "--", "-.", ":")
@@ -129,9 +132,6 @@ def plot_scores(scores, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
     from matplotlib.ticker import MaxNLocator
-
-    from swapprune.select.regime import HIGH as CONDITIONAL
-    from swapprune.select.regime import REPL_FLOOR as STRONG
 
     L = scores.num_layers
     positions = scores.meta.get("positions")

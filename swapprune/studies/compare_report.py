@@ -43,8 +43,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
 from swapprune.evaluation.names import EXTENDED_PPL, WIKITEXT2_PPL
+from swapprune.evaluation.pairing import articles, paired
+from swapprune.stats.clustered import cost_ratio
+from swapprune.stats.comparison import compare_cuts
+from swapprune.stats.multiplicity import holm_distinct, primary_contrasts
 from swapprune.stats.verdicts import ALPHA, Margin
 from swapprune.studies.compare_cells import criterion_of, is_random, model_key
 from swapprune.studies.compare_markdown import write_markdown
@@ -93,10 +98,6 @@ def _units(result, task, metric):
 
 def _verdict(base, ca, cb, a: str, b: str, task: str, metric: str, margin, n_boot: int):
     """The Verdict of cell ``b`` against cell ``a``, or why none can be stated (a string)."""
-    from swapprune.errors import SwappruneError
-    from swapprune.evaluation.pairing import articles
-    from swapprune.stats.comparison import compare_cuts
-
     ra, rb = ca["result"], cb["result"]
     if any(task not in r.tasks for r in (ra, rb, base)):
         return f"not tested: {task} missing from a cell"
@@ -126,9 +127,6 @@ def _verdict(base, ca, cb, a: str, b: str, task: str, metric: str, margin, n_boo
 
 def _cost_ratio(base, ca, cb, task: str, metric: str, cost_a, cost_b, n_boot: int):
     """``cost(a) / cost(b)`` with its paired CI (articles resampled on the extended contract)."""
-    from swapprune.evaluation.pairing import articles
-    from swapprune.stats.clustered import cost_ratio
-
     if cost_a is None or not cost_b:
         return None  # no cost to divide by
     (ua, stat), (ub, _), (u0, _) = (
@@ -171,8 +169,6 @@ def verdict_table(base, cells, task: str, metric: str, costs, margin, n_boot: in
         pairs in its flat ``*_holm`` fields), with ``budget``, ``primary`` (the primary
         family's Holm fields, or None) and ``cost_ratio``.
     """
-    from swapprune.stats.multiplicity import holm_distinct, primary_contrasts
-
     pending: list[dict] = []  # row records, and the index of each tested row's Verdict
     verdicts: list[Verdict] = []
     primaries: dict[int, list[list[str]]] = {}
@@ -236,8 +232,6 @@ def _higher_is_better(base, task: str, metric: str) -> bool:
 
 
 def _metric_rows(result, base, tasks):
-    from swapprune.evaluation.pairing import paired
-
     rows = {}
     for task in tasks:
         if task not in result.tasks:

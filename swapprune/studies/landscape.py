@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from swapprune.errors import SwappruneError
+from swapprune.output.artifacts import write_json_atomic
 from swapprune.select.landscape import (
     MARGIN,
     TOP_K,
@@ -44,8 +45,12 @@ from swapprune.select.landscape import (
     survivors,
 )
 from swapprune.stats import N_BOOT
+from swapprune.studies.landscape_plot import write_picture
 from swapprune.studies.landscape_report import arrays, result
 from swapprune.studies.landscape_windows import LandscapeWindows, build_windows, check_disjoint
+
+# model.fingerprint and engine.exhaustive import torch: they are imported where the
+# model is evaluated, so that checking a landscape imports no torch.
 
 __all__ = ["LandscapeSettings", "LandscapeWindows", "build_windows", "run_landscape"]
 
@@ -178,7 +183,6 @@ def run_landscape(
         picture: draw ``landscape.png`` at the end.
     """
     from swapprune.model.fingerprint import model_fingerprint
-    from swapprune.output.artifacts import write_json_atomic
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,8 +282,6 @@ def run_landscape(
     if not picture:
         return state
     try:
-        from swapprune.studies.landscape_plot import write_picture
-
         write_picture(state, out / PICTURE)
     except ImportError:  # matplotlib is optional: the JSON is the result
         tell("[landscape] matplotlib is missing: no picture")

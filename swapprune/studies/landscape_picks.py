@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# api (numpy) and engine/ (torch) are imported where the criteria run: the command
+# line reads CRITERIA from here while it checks its flags.
+
 #: The criteria a landscape ranks by default, in this order.
 CRITERIA = (
     "interchange",

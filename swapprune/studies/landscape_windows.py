@@ -39,7 +39,7 @@ def build_windows(tokenizer, settings, calibration, source=None, refine_source=N
     windows, the held-out ones and every earlier round's
     (:func:`swapprune.calibration.heldout.heldout_windows`).
     """
-    from swapprune.calibration.heldout import heldout_windows
+    from swapprune.calibration.heldout import heldout_windows  # imports torch
 
     source = source or calibration.source
     windows, tokens = settings.refine

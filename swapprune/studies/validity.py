@@ -47,6 +47,11 @@ from swapprune.select import criteria as criteria_mod
 from swapprune.select.criteria import SWAP
 from swapprune.stats import N_BOOT
 from swapprune.stats.bootstrap import resample_indices
+from swapprune.stats.layers import layer_bootstrap_spearman
+from swapprune.studies.validity_report import write_validity_report
+
+# engine/ and calibration.windows import torch: they are imported where the model is
+# probed, so that checking a study imports no torch.
 
 SCHEMA = "swapprune.validity/1"
 #: Paired Spearman differences reported under the layer bootstrap, when both are checked.
@@ -279,8 +284,6 @@ def predictor_validity(
 
 def _layer_bootstrap(points, cost, rows, n_boot: int, seed: int) -> dict:
     """Each criterion's Spearman CI over resampled blocks, and the paired differences."""
-    from swapprune.stats.layers import layer_bootstrap_spearman
-
     lb = layer_bootstrap_spearman(points, cost, n_boot=n_boot, seed=seed)
     for name, iv in lb.intervals.items():
         rows[name]["layer_ci"] = [iv.low, iv.high]
@@ -319,8 +322,6 @@ def run_validity(
     Returns:
         The result and the directory the report was written to.
     """
-    from swapprune.studies.validity_report import write_validity_report
-
     checks.check_validate(validate)
     checked = checks.check(run, study=True)
     loaded = stages.load(run, checked, progress)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.output.artifacts import write_json_atomic, write_text_atomic
+
 
 def validity_markdown(result: dict) -> str:
     """The Spearman table, best first."""
@@ -82,8 +84,6 @@ def plot_validity(result: dict, path: str | Path) -> None:
 
 def write_validity_report(result: dict, out_dir: str | Path) -> Path:
     """Write ``validity.json``, ``validity.md`` and ``validity.png`` into ``out_dir``."""
-    from swapprune.output.artifacts import write_json_atomic, write_text_atomic
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "validity.json", result)
