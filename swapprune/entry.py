@@ -22,6 +22,7 @@ Imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import sys
@@ -104,7 +105,21 @@ def _hook(previous):
         line = getattr(value, LINE, None)
         if line:
             print(f"swapprune: {line}", file=sys.stderr, flush=True)
+            _keep_the_interrupt_status()
             return
         previous(kind, value, traceback)
 
     return hook
+
+
+def _keep_the_interrupt_status() -> None:
+    """Let the interpreter exit by SIGINT (status 130) after an uncaught interrupt.
+
+    ``torch._dynamo`` (imported by ``transformers.masking_utils`` in some releases, and by
+    any model load) registers an exit hook that logs its compile times; running it makes
+    the interpreter forget the uncaught interrupt, and the status becomes 1. With nothing
+    compiled it has nothing to log, so it is dropped; a program that compiled keeps it.
+    """
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None and not getattr(utils, "compilation_time_metrics", True):
+        atexit.unregister(utils.dump_compile_times)
