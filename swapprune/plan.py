@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from swapprune.errors import SwappruneError
+from swapprune.output.artifacts import write_text_atomic
 from swapprune.records import KEYS as RECORD_KEYS
 from swapprune.records import PlanRecords
 
@@ -248,7 +249,7 @@ class PrunePlan:
             lambda m: "[" + ", ".join(re.findall(r"-?\d+", m.group(1))) + "]",
             text,
         )
-        Path(path).write_text(text + "\n")
+        write_text_atomic(path, text + "\n")
 
     @classmethod
     def from_json(cls, path: str | Path) -> PrunePlan:

@@ -25,6 +25,7 @@ from swapprune.cli.argv import command_line
 from swapprune.cli.options import Formatter, Parser, apply_quick, check_required
 from swapprune.engine import threads
 from swapprune.errors import SwappruneError, Terminated, did_you_mean
+from swapprune.output.writers import WriteFailed
 
 #: command -> (module, one-line help). ``prune`` is the default command.
 COMMANDS = {
@@ -135,6 +136,9 @@ def _main(argv: list[str] | None) -> int:
     previous = _terminate_cleanly()
     try:
         return _module(args.command).run(args) or 0
+    except WriteFailed as e:  # a write the system refused: what the run kept, too
+        print(f"swapprune: error: {e}; {kept_on_interrupt(args)}", file=sys.stderr)
+        return 2
     except SwappruneError as e:
         print(f"swapprune: error: {error_line(e)}", file=sys.stderr)
         return 2

@@ -36,6 +36,17 @@ landscape.json is written after each batch of sets: rerun the same line to resum
 PROMPTS, TOKENS = 16, 64
 
 
+def kept_on_interrupt(args) -> str | None:
+    """The sets evaluated so far stay in ``landscape.json``, which the same command resumes."""
+    state = Path(args.output) / "landscape.json" if args.output else None
+    if state is not None and state.is_file():
+        return (
+            f"partial files removed; the sets evaluated so far are in {state}, "
+            "and the same command resumes from them"
+        )
+    return None
+
+
 def add_arguments(p) -> None:
     add_section(p, ModelConfig, "model")
     add_section(

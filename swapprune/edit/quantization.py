@@ -27,6 +27,7 @@ import torch
 from swapprune.config import QuantizeConfig
 from swapprune.errors import SwappruneError
 from swapprune.output.tokenizer_files import save_tokenizer
+from swapprune.output.writers import is_write_error, write_error
 
 #: Recipe scheme -> optimum-quanto weight qtype name.
 #: Scheme -> optimum-quanto weight qtype name (the names are config.SCHEMES).
@@ -149,8 +150,10 @@ def save_quantized(
         record = {**provenance, "quantize": asdict(config), "selfcheck": results}
         (tmp / "provenance.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         tmp.rename(out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_write_error(e):  # a refused write: one line naming the output
+            raise write_error(out, e) from None
         raise
     return results
 

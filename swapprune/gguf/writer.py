@@ -38,6 +38,7 @@ from typing import Any
 
 from swapprune.errors import SwappruneError
 from swapprune.output.artifacts import apply_umask
+from swapprune.output.writers import is_write_error, write_error
 from swapprune.plan import PrunePlan
 from swapprune.serving.rules import GGUF_SWA_LIST
 
@@ -304,7 +305,12 @@ def write_pruned_gguf(
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
+        writer.flush()
+        expected = writer.fout[0].tell() if writer.fout else None
         writer.close()
+        # numpy's tofile loses an error of its last buffered write: the size tells
+        if expected is not None and tmp.stat().st_size < expected:
+            raise OSError(f"{expected} requested and {tmp.stat().st_size} written")
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         write_s = time.perf_counter() - start
@@ -327,7 +333,9 @@ def write_pruned_gguf(
             record.selfcheck = check(tmp)
         apply_umask(tmp)
         os.replace(tmp, dst)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if is_write_error(e):
+            raise write_error(dst, e, sum(int(t.n_bytes) for _, t in renamed)) from None
         raise
     return record

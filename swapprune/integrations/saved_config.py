@@ -13,6 +13,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from swapprune.output.artifacts import write_text_atomic
+
 
 def changed_keys(before: dict, after: dict) -> list[tuple[str, ...]]:
     """Paths of the config entries the surgery changed (top level and ``text_config``)."""
@@ -64,4 +66,4 @@ def _patch_saved_config(path: Path, current: dict, paths: list[tuple[str, ...]])
             dst[key] = src[key]
             changed = True
     if changed:
-        path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_text_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import io
 import json
 import os
 import shutil
@@ -31,7 +32,8 @@ from typing import IO, Any
 
 from swapprune import __version__
 from swapprune.errors import SwappruneError
-from swapprune.output.placement import is_space_error, move_into_place, space_error
+from swapprune.output.placement import move_into_place
+from swapprune.output.writers import refused_as_line
 
 PROVENANCE = "provenance.json"
 MAX_NAME = 255  # bytes in one path component on common file systems
@@ -190,18 +192,38 @@ def staging_dir(
     file-size limit becomes one line naming ``out`` and ``needs`` bytes.
     """
     out = Path(out).expanduser().absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_partials(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
-    try:
-        yield tmp
-        apply_umask(tmp)
-        move_into_place(tmp, out, overwrite=overwrite, expected=expected)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if is_space_error(e):
-            raise space_error(out, e, needs) from None
-        raise
+    with refused_as_line(out, needs):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_partials(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    with refused_as_line(out, needs, inside=tmp):
+        try:
+            yield tmp
+            apply_umask(tmp)
+            move_into_place(tmp, out, overwrite=overwrite, expected=expected)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+@contextlib.contextmanager
+def staged_files(out: str | os.PathLike) -> Iterator[Path]:
+    """A hidden directory inside ``out`` to write a set of files into; moved into ``out``
+    together when the block succeeds, removed when it fails, so ``out`` never holds part
+    of the set (compare's report beside its cache). A refused write names its final path.
+    """
+    out = Path(out)
+    with refused_as_line(out):
+        tmp = Path(tempfile.mkdtemp(prefix=f".files.partial-{os.getpid()}-", dir=out))
+    with refused_as_line(out, inside=tmp):
+        try:
+            yield tmp
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, out / f.name)
+            tmp.rmdir()
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 @contextlib.contextmanager
@@ -229,22 +251,23 @@ def locked(path: str | os.PathLike) -> Iterator[None]:
 def _write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` via a temp file in the same directory and a rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        binary = isinstance(data, bytes)
-        f: IO[Any] = os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8")
-        with f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        apply_umask(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if is_space_error(e):
-            raise space_error(path, e, len(data)) from None
-        raise
+    with refused_as_line(path, len(data)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            binary = isinstance(data, bytes)
+            f: IO[Any] = os.fdopen(
+                fd, "wb" if binary else "w", encoding=None if binary else "utf-8"
+            )
+            with f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            apply_umask(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -255,6 +278,14 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same directory and a rename."""
     _write_atomic(path, data)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """Render the matplotlib figure ``fig`` as PNG and write it to ``path`` atomically."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    write_bytes_atomic(path, buffer.getvalue())
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int | None = 1) -> None:

@@ -9,27 +9,24 @@ at the start (:func:`output_state`), and may be replaced only by the
 a name the error prints, and nothing at the path is touched. Two runs with one
 ``--output`` therefore never both succeed, and never mix their files.
 
-Disk full (``ENOSPC``) and the file-size limit (``EFBIG``) are turned into one line
-naming the path and the bytes the write needed (:func:`space_error`).
+A write the system refuses (a full disk, the file-size limit, a permission) becomes one
+line naming the path (:func:`swapprune.output.writers.write_error`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from swapprune.errors import SwappruneError
+from swapprune.output.writers import refused_as_line
 
 PROVENANCE = "provenance.json"
-_SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", 122))
-_CODE = re.compile(r"(?:os error|code:)\s*(\d+)")
 
 
 def output_state(out: Path) -> tuple | None:
@@ -113,40 +110,6 @@ def move_into_place(
     shutil.rmtree(old, ignore_errors=True)
 
 
-def is_space_error(e: BaseException) -> bool:
-    """Whether ``e`` is a full disk, a quota or the file-size limit (also from safetensors)."""
-    if isinstance(e, OSError) and e.errno in _SPACE_ERRNOS:
-        return True
-    m = _CODE.search(str(e))
-    return m is not None and int(m.group(1)) in _SPACE_ERRNOS
-
-
-def _size(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-def space_error(path: Path, e: BaseException, needs: int | None) -> SwappruneError:
-    """The one-line error for a write that ran out of room."""
-    m = _CODE.search(str(e))
-    code = e.errno if isinstance(e, OSError) and e.errno else (int(m.group(1)) if m else None)
-    try:
-        free = shutil.disk_usage(path if path.is_dir() else path.parent).free
-    except OSError:
-        free = None
-    need = f"it needs about {_size(needs)}" if needs else "the write was cut short"
-    if code == errno.EFBIG:
-        return SwappruneError(
-            f"cannot write {path}: a file exceeds this process's file-size limit (ulimit -f); "
-            f"{need}; nothing was kept"
-        )
-    room = f", {_size(free)} free there" if free is not None else ""
-    return SwappruneError(f"no space left to write {path}: {need}{room}; nothing was kept")
-
-
 @contextlib.contextmanager
 def sole_writer(path: Path) -> Iterator[None]:
     """Hold ``.NAME.lock`` beside ``path`` for the block; another holder is a one-line error.
@@ -163,9 +126,10 @@ def sole_writer(path: Path) -> Iterator[None]:
         yield
         return
     lock = path.with_name(f".{path.name}.lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        with refused_as_line(path):  # a directory that refuses the lock refuses the file too
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

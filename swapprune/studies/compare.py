@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from swapprune.config import ScoreConfig, quick_of
-from swapprune.output.artifacts import provenance, write_json_atomic
+from swapprune.output.artifacts import provenance, staged_files, write_json_atomic
 from swapprune.pipeline import checks, stages
 from swapprune.pipeline import forecast as fc
 from swapprune.pipeline.record import Steps, Wording
@@ -106,17 +106,21 @@ def run_compare(job: CompareJob, progress: bool = True, say=None, quick: str | N
         "oracle_queries": oracle.asked,
         "oracle_computed": oracle.computed,
     }
-    write_json_atomic(out / "results.json", results)
-    write_markdown(results, out / "results.md")
-    write_plots(results, scores, out)
-    write_json_atomic(
-        out / "provenance.json",
-        provenance(
-            base_model=loaded.source.id,
-            invocation={"config": job.run.to_dict(), "compare": dataclasses.asdict(job.compare)},
-        ),
-        indent=2,
-    )
+    with staged_files(out) as report:  # the report's files appear together, or none
+        write_json_atomic(report / "results.json", results)
+        write_markdown(results, report / "results.md")
+        write_plots(results, scores, report)
+        write_json_atomic(
+            report / "provenance.json",
+            provenance(
+                base_model=loaded.source.id,
+                invocation={
+                    "config": job.run.to_dict(),
+                    "compare": dataclasses.asdict(job.compare),
+                },
+            ),
+            indent=2,
+        )
     return results
 
 

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from swapprune.evaluation.names import EXTENDED_PPL, WIKITEXT2_PPL
+from swapprune.output.artifacts import write_text_atomic
 from swapprune.records.policy import relative_line
 
 #: Short names of the perplexity contracts in column headers.
@@ -143,7 +144,7 @@ def write_markdown(results: dict, path: Path) -> None:
         *verdict_section(results),
         *regime_lines(results.get("regime")),
     ]
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def fmt(x, pct=False) -> str:

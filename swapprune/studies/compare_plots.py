@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from swapprune.output.artifacts import save_figure
 from swapprune.select.regime import HIGH as CONDITIONAL
 from swapprune.select.regime import REPL_FLOOR as STRONG
 
@@ -114,7 +115,7 @@ def write_plots(results: dict, scores, out: Path) -> list[Path]:
     ax.legend(handles, names, fontsize=7)
     fig.tight_layout()
     written.append(out / "cost_vs_budget.png")
-    fig.savefig(written[-1], dpi=120)
+    save_figure(fig, written[-1], dpi=120)
     plt.close(fig)
     if scores is not None and scores.pairs:
         written += plot_scores(scores, out)
@@ -173,7 +174,7 @@ def plot_scores(scores, out: Path) -> list[Path]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         written.append(out / "distances_along_depth.png")
-        fig.savefig(written[-1], dpi=120)
+        save_figure(fig, written[-1], dpi=120)
         plt.close(fig)
     if any(j - i > 1 for i, j in scores.pairs) and protos:
         mats = {p: np.full((L, L), np.nan) for p in protos}
@@ -192,7 +193,7 @@ def plot_scores(scores, out: Path) -> list[Path]:
             cbar = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
             cbar.set_label("KL(p_base || p_swapped), nats")
             written.append(out / "distance_heatmaps.png")
-            fig.savefig(written[-1], dpi=120)
+            save_figure(fig, written[-1], dpi=120)
             plt.close(fig)
     if adj and {"replacement", "interchange"} <= set(scores.protocols()):
         d = scores.to_dict()
@@ -217,6 +218,6 @@ def plot_scores(scores, out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "ir_along_depth.png")
-        fig.savefig(written[-1], dpi=120)
+        save_figure(fig, written[-1], dpi=120)
         plt.close(fig)
     return written

@@ -15,6 +15,8 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+from swapprune.output.artifacts import save_figure
+
 MARKERS = "osD^vP*Xhp"
 
 
@@ -96,7 +98,7 @@ def write_picture(state: dict, path: str | Path) -> None:
         fontsize=11,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

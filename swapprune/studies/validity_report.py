@@ -6,7 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from swapprune.output.artifacts import write_json_atomic, write_text_atomic
+from swapprune.output.artifacts import (
+    save_figure,
+    staging_dir,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 def validity_markdown(result: dict) -> str:
@@ -78,15 +83,16 @@ def plot_validity(result: dict, path: str | Path) -> None:
     b.set_xlabel("block")
     b.set_ylabel("PPL increase when removed alone")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
 def write_validity_report(result: dict, out_dir: str | Path) -> Path:
-    """Write ``validity.json``, ``validity.md`` and ``validity.png`` into ``out_dir``."""
+    """Write ``validity.json``, ``validity.md`` and ``validity.png`` into ``out_dir``
+    (staged: the directory appears with all three, or not at all)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "validity.json", result)
-    write_text_atomic(out / "validity.md", validity_markdown(result))
-    plot_validity(result, out / "validity.png")
+    with staging_dir(out) as tmp:
+        write_json_atomic(tmp / "validity.json", result)
+        write_text_atomic(tmp / "validity.md", validity_markdown(result))
+        plot_validity(result, tmp / "validity.png")
     return out
