@@ -66,10 +66,15 @@ class _Walk:
             self.fail(f"{what}: value type {vtype}")
 
 
-def check_header_bounds(path: str | os.PathLike) -> None:
+def check_header_bounds(path: str | os.PathLike) -> int | None:
     """Refuse a GGUF file whose header claims more than its bytes hold (one-line error).
 
     Only little-endian files are walked (the reader's own checks handle the rest).
+
+    Returns:
+        The number of weights the tensor infos declare (``None`` for a big-endian file):
+        the walk reads the shapes anyway, and it is far cheaper than ``GGUFReader``,
+        which parses the whole vocabulary.
     """
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
@@ -81,7 +86,7 @@ def check_header_bounds(path: str | os.PathLike) -> None:
             w.at = 4
             version = w.take("<I")
             if version & 0xFFFF == 0:  # byte-swapped: a big-endian file
-                return
+                return None
             n_tensors, n_kv = w.take("<Q"), w.take("<Q")
             rest = len(buf) - w.at
             if n_kv * 12 > rest or n_tensors * 24 > rest:
@@ -89,9 +94,20 @@ def check_header_bounds(path: str | os.PathLike) -> None:
             for _ in range(n_kv):
                 w.string("a key")
                 w.value(w.take("<I"), "a value")
+            weights = 0
             for _ in range(n_tensors):
                 w.string("a tensor name")
                 dims = w.take("<I")
                 if dims > _MAX_DIMS:
                     w.fail(f"a tensor of {dims} dimensions")
-                w.skip(8 * dims + 12, "a tensor's shape, type and offset")
+                if w.at + 8 * dims + 12 > len(buf):
+                    w.fail(
+                        f"a tensor's shape, type and offset of {8 * dims + 12} bytes runs past "
+                        "the end of the file"
+                    )
+                count = 1
+                for _ in range(dims):
+                    count *= w.take("<Q")
+                weights += count
+                w.skip(12, "a tensor's type and offset")
+            return weights

@@ -45,10 +45,12 @@ from swapprune.engine.orders import parse_pairs
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
 from swapprune.evaluation.names import resolve_tasks
+from swapprune.gguf.convert import gguf_cache_dir, lookup
 from swapprune.gguf.decision import GGUFOutput, gguf_output
 from swapprune.model.arch import ARCHITECTURES
 from swapprune.model.facts import ModelFacts
 from swapprune.model.facts import read_facts as facts_of_source
+from swapprune.model.footprint import plan_load
 from swapprune.model.load import tokenizer_alone
 from swapprune.model.source import check_resolvable, resolve_source
 from swapprune.output.artifacts import (
@@ -92,6 +94,7 @@ class Checked:
 
     facts: ModelFacts | None
     selection: SelectionSpec | None
+    notes: tuple[str, ...] = ()
 
 
 def check(config: RunConfig, study: bool = False) -> Checked:
@@ -102,6 +105,7 @@ def check(config: RunConfig, study: bool = False) -> Checked:
         study: a ``compare`` or ``validate`` run, which brings its own work.
     """
     check_config(config, study)
+    room = check_room(config)
     facts = read_facts(config)
     selection = check_model(config, facts) if facts is not None else None
     p = config.prune
@@ -110,7 +114,31 @@ def check(config: RunConfig, study: bool = False) -> Checked:
         scores = check_scores_file(p.scores, facts)
         if selection is not None:
             check_reused(scores, selection, p.scores, config)
-    return Checked(facts, selection)
+    return Checked(facts, selection, (room,) if room else ())
+
+
+def check_room(config: RunConfig) -> str | None:
+    """The load against this machine's memory and disk (:func:`~swapprune.model.footprint.plan_load`).
+
+    A dtype chosen to fit (bfloat16, when the default float32 does not) is set in
+    ``config.model.dtype``; returns the line that says so, or ``None``. Skipped with
+    ``--device-map`` (accelerate places the weights) and remote code.
+    """
+    m = config.model
+    if m.device_map is not None or m.trust_remote_code:
+        return None
+    source = resolve_source(m.name)
+    cache_dir, cached = None, True
+    if source.gguf_file:
+        cache_dir = gguf_cache_dir()
+        cached = lookup(Path(source.path) / source.gguf_file) is not None
+    on_gpu = m.device not in (None, "cpu") or (
+        m.device is None and Path("/proc/driver/nvidia").exists()
+    )
+    plan = plan_load(source, m.dtype, cache_dir=cache_dir, cached=cached, on_gpu=on_gpu)
+    if plan.dtype != m.dtype:
+        m.dtype = plan.dtype
+    return plan.note
 
 
 def check_config(config: RunConfig, study: bool = False) -> RunConfig:

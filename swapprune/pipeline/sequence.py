@@ -108,6 +108,8 @@ def run(
     start_state = stages.output_state(cfg)  # the final rename re-checks it under a lock
     argv = list(sys.argv) if command is None else command
     book = RunBook(cfg, lines(say) or (lambda _: None), argv, wording or Wording())
+    for note in checked.notes:  # a dtype chosen to fit the memory
+        book.say(note)
     loaded = book.stage("load", stages.load, cfg, checked, progress)
     res = RunResult(cfg, model=loaded.model, tokenizer=loaded.tokenizer, source=loaded.source)
     book.metrics["num_layers"] = loaded.facts.num_layers
