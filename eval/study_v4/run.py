@@ -180,12 +180,15 @@ def study_v3_sets() -> dict[str, dict[int, list[int]]]:
     return {m: {int(k): v["removed"] for k, v in r["per_seed"].items()} for m, r in ext.items()}
 
 
-def run_contracts(batch: int = 8) -> None:
+def run_contracts(budgets=None, batch: int = 8) -> None:
+    """Every needed set of ``budgets`` (default: all) on both contracts, in batches."""
     from contracts import ContractSets  # eval/study_v4/contracts.py
 
     model, tok = _load()
     cs = ContractSets(model, tok, RESULTS / "contracts.json")
     for budget, sets in sorted(needed_sets().items()):
+        if budgets is not None and budget not in budgets:
+            continue
         todo = sorted(s for s in sets if not cs.has(s))
         for i in range(0, len(todo), batch):
             cs.evaluate(todo[i : i + batch])
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
     elif a.step == "landscape":
         run_landscape(a.budget, a.text)
     elif a.step == "contracts":
-        run_contracts()
+        run_contracts({int(x) for x in a.budgets.split(",")})
     elif a.step == "n8":
         run_n8()
     else:

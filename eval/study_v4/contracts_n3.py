@@ -1,0 +1,125 @@
+"""Study v4 at n = 3 on the full contracts: the best cut measured, Study v3's regret against
+it, the criteria's picks and the seeds' certified cuts (C1 at n = 3).
+
+    PYTHONPATH=. python eval/study_v4/contracts_n3.py   # -> results/contracts-n3.json, .md
+
+Reads ``results/contracts.json`` (the ``contracts --budgets 3`` step): every n = 3 set of
+the evaluation-text landscape's refined top 20, each criterion's pick on that landscape,
+each cut of seeds 0-1 and each Study v3 pick, on all windows of both contracts in float32.
+The best is the cheapest of these on the extended contract; as the landscape screened
+all 4,060 sets on the evaluation text, it is the best cut there is up to the screening
+rule (a cut or pick cheaper than every refined set would say the rule failed; it is
+reported).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from analysis import N_BOOT, coverage, regret_against_best  # noqa: E402
+from report import load_contracts, load_cuts, study_v3_regret  # noqa: E402
+
+RESULTS = HERE / "results"
+
+
+def main() -> int:
+    con = load_contracts(RESULTS)
+    ext, mat = con["extended"], con["matched"]
+    land = json.loads((RESULTS / "landscape-eval-n3" / "landscape.json").read_text())
+    refined = [tuple(sorted(r["set"])) for r in land["result"]["refined"]]
+    picks = {c: tuple(sorted(v["set"])) for c, v in land["criteria"].items() if v.get("set")}
+    best, best_cost = ext.best(3)
+    refined_best = min(refined, key=ext.cost)
+    out: dict = {
+        "best": {"set": list(best), "extended": best_cost, "matched": mat.cost(best)},
+        "best_is_refined": best in refined,
+        "refined_best": {"set": list(refined_best), "extended": ext.cost(refined_best)},
+        "matched_best": dict(zip(("set", "matched"), (list(mat.best(3)[0]), mat.best(3)[1]))),
+        "sets_measured": sum(1 for s in ext.nll if len(s) == 3),
+        "landscape_screening_best": land["result"]["refined"][0]["set"],
+    }
+    ranked = sorted((s for s in ext.nll if len(s) == 3), key=ext.cost)
+    out["picks"] = {
+        c: {
+            "set": list(s),
+            "extended": ext.cost(s),
+            "matched": mat.cost(s),
+            "regret": ext.cost(s) - best_cost,
+            "rank_among_measured": ranked.index(s) + 1,
+        }
+        for c, s in sorted(picks.items())
+        if s in ext.nll
+    }
+    cuts = [
+        c for c in load_cuts(RESULTS) if c["budget"] == 3 and tuple(sorted(c["set"])) in ext.nll
+    ]
+    rows = []
+    for c in cuts:
+        s = tuple(sorted(c["set"]))
+        rows.append({**c, "set": list(s), "true_regret": ext.cost(s) - best_cost,
+                     "cost_ext": ext.cost(s), "cost_matched": mat.cost(s)})  # fmt: skip
+    out["cuts"] = rows
+    out["coverage"] = coverage([r for r in rows if r["measured"]])
+    out["regret"] = {}
+    for crit in sorted({r["criterion"] for r in rows}):
+        sets = [tuple(r["set"]) for r in rows if r["criterion"] == crit]
+        out["regret"][crit] = regret_against_best(ext, sets, best, N_BOOT, 0)
+    out["study_v3"] = study_v3_regret(con, {"best": {"cost_ext": best_cost}})
+    (RESULTS / "contracts-n3.json").write_text(json.dumps(out, indent=1, default=list) + "\n")
+    (RESULTS / "contracts-n3.md").write_text(markdown(out))
+    print(markdown(out))
+    return 0
+
+
+def markdown(out: dict) -> str:
+    b = out["best"]
+    lines = [
+        "# Study v4 at n = 3 on the full contracts",
+        "",
+        f"Best of {out['sets_measured']} sets measured (extended contract): {b['set']} "
+        f"+{b['extended']:.1f} points (matched {b['matched']:+.1f}); among the landscape's "
+        f"refined sets: {out['best_is_refined']}. Cheapest on the matched contract: "
+        f"{out['matched_best']['set']} {out['matched_best']['matched']:+.1f}.",
+        "",
+        "## Each criterion's pick on the evaluation-text landscape",
+        "",
+        "| criterion | set | extended | matched | regret (points) | rank among measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    if not out["picks"]:
+        lines = lines[:-2] + ["(No criterion picks on this landscape: the calibration-text landscape at",
+                              "n = 3, whose picks it ranks, was not run. The seeds' cuts below are the",
+                              "criteria's picks.)"]  # fmt: skip
+    for c, p in out["picks"].items():
+        lines.append(f"| {c} | {p['set']} | {p['extended']:+.1f} | {p['matched']:+.1f} | "
+                     f"{p['regret']:+.1f} | {p['rank_among_measured']} |")  # fmt: skip
+    lines += ["", "## Seeds' cuts (calibration text parts, certificate on)", "",
+              "| seed | criterion | set | certified | delta | true regret | extended | matched |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in sorted(out["cuts"], key=lambda r: (r["seed"], r["criterion"])):
+        d = f"{r['delta']:.1f}" if r["delta"] is not None else "-"
+        lines.append(f"| {r['seed']} | {r['criterion']} | {r['set']} | {r['certified']} | {d} | "
+                     f"{r['true_regret']:+.1f} | {r['cost_ext']:+.1f} | {r['cost_matched']:+.1f} |")  # fmt: skip
+    cov = out["coverage"]
+    lines += ["", f"Coverage (C1 at n = 3): {cov['covered']} of {cov['certified']} certified cuts "
+              f"within their delta; {cov['certified']} of {cov['cuts']} certified.", "",
+              "## Study v3's n = 3 picks: regret against the best of five methods and against "
+              "the best measured here (extended contract)", "",
+              "| method | seed | set | v3 cost | v3 regret | cost here | regret vs best |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m, rows in out["study_v3"].items():
+        for seed, r in sorted(rows.items()):
+            here = f"{r['cost_v4']:+.1f}" if r["cost_v4"] is not None else "-"
+            true = f"{r['regret_true']:+.1f}" if r["regret_true"] is not None else "-"
+            lines.append(f"| {m} | {seed} | {r['set']} | {r['cost_v3']:+.1f} | {r['regret_v3']:+.1f} "
+                         f"| {here} | {true} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
