@@ -34,10 +34,12 @@ def main() -> int:
     refined = [tuple(sorted(r["set"])) for r in land["result"]["refined"]]
     picks = {c: tuple(sorted(v["set"])) for c, v in land["criteria"].items() if v.get("set")}
     best, best_cost = ext.best(3)
-    refined_best = min(refined, key=ext.cost)
+    measured = [s for s in refined if s in ext.nll]
+    refined_best = min(measured, key=ext.cost)
     out: dict = {
         "best": {"set": list(best), "extended": best_cost, "matched": mat.cost(best)},
         "best_is_refined": best in refined,
+        "refined_measured": f"{len(measured)} of {len(refined)}",
         "refined_best": {"set": list(refined_best), "extended": ext.cost(refined_best)},
         "matched_best": dict(zip(("set", "matched"), (list(mat.best(3)[0]), mat.best(3)[1]))),
         "sets_measured": sum(1 for s in ext.nll if len(s) == 3),
@@ -83,7 +85,8 @@ def markdown(out: dict) -> str:
         "",
         f"Best of {out['sets_measured']} sets measured (extended contract): {b['set']} "
         f"+{b['extended']:.1f} points (matched {b['matched']:+.1f}); among the landscape's "
-        f"refined sets: {out['best_is_refined']}. Cheapest on the matched contract: "
+        f"refined sets: {out['best_is_refined']} ({out['refined_measured']} refined sets measured). "
+        f"Cheapest on the matched contract: "
         f"{out['matched_best']['set']} {out['matched_best']['matched']:+.1f}.",
         "",
         "## Each criterion's pick on the evaluation-text landscape",
