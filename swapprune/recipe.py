@@ -32,7 +32,7 @@ def load_config(
         SwappruneError: unreadable file, unknown key, wrong type, unknown name,
             impossible setting, unusable output directory.
     """
-    import yaml
+    import yaml  # imports yaml
 
     if data is None:
         p = Path(str(path))
@@ -53,7 +53,7 @@ def load_config(
         data["model"] = {"name": data["model"]}
     _refuse_nul(data, "")
     cfg = build(RunConfig, data, "")
-    from swapprune.pipeline.checks import check_config
+    from swapprune.pipeline.checks import check_config  # imports numpy
 
     return check_config(cfg)
 
@@ -73,7 +73,7 @@ def _refuse_nul(value, key: str) -> None:
 
 def apply_override(data: dict, item: str) -> None:
     """Set ``key.sub=value`` in ``data``; the value is parsed as YAML (``3``, ``true``, ``[a, b]``)."""
-    import yaml
+    import yaml  # imports yaml
 
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():

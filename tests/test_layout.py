@@ -27,6 +27,7 @@ Every check has a self-test that builds a violating case and shows it is caught.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -356,16 +357,18 @@ def _optional(node, parents) -> bool:
     return False
 
 
-def imports_that_delay_nothing(package: Path = PACKAGE) -> list[str]:
-    """``module:line: import`` for each import inside a function that waits for no heavy
-    package (what it imports, the module has imported already or is light), but those
-    inside a ``try`` that catches ImportError and those of :data:`KEPT_FOR_A_CYCLE`."""
+def function_imports(package: Path = PACKAGE):
+    """Each import inside a function, as ``(module, node, source line, waits, exempt)``:
+    ``waits`` the heavy packages (top-level names) it waits for that the module has not
+    imported already; ``exempt`` when it is optional (inside a ``try`` that catches
+    ImportError) or kept for a cycle (:data:`KEPT_FOR_A_CYCLE`)."""
     mods = _modules(package)
     lazy = {m: _lazy_names(p) for m, p in mods.items() if p.name == "__init__.py"}
     heavy = heavy_at_import(package)
-    bad = []
     for name, path in sorted(mods.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        tree = ast.parse(source)
         parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
         seen: set[int] = set()
         for fn in ast.walk(tree):
@@ -376,15 +379,41 @@ def imports_that_delay_nothing(package: Path = PACKAGE) -> list[str]:
                     continue
                 seen.add(id(node))
                 loaded = _loaded_by(node, name, path.name == "__init__.py", mods, lazy)
-                waits = set()
+                waits: set[str] = set()
                 for t in loaded:
                     if t in mods:
                         waits |= heavy[t] - heavy[name]
                     elif t.split(".")[0] in HEAVY and t not in heavy[name]:
                         waits.add(t)
                 kept = any((name, t) in KEPT_FOR_A_CYCLE for t in loaded)
-                if not waits and not kept and not _optional(node, parents):
-                    bad.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+                exempt = kept or _optional(node, parents)
+                tops = {w.split(".")[0] for w in waits}
+                yield name, node, lines[node.lineno - 1], tops, exempt
+
+
+def imports_that_delay_nothing(package: Path = PACKAGE) -> list[str]:
+    """``module:line: import`` for each import inside a function that waits for no heavy
+    package (what it imports, the module has imported already or is light), but those
+    inside a ``try`` that catches ImportError and those of :data:`KEPT_FOR_A_CYCLE`."""
+    return [
+        f"{name}:{node.lineno}: {ast.unparse(node)}"
+        for name, node, _line, waits, exempt in function_imports(package)
+        if not waits and not exempt
+    ]
+
+
+def imports_without_their_reason(package: Path = PACKAGE) -> list[str]:
+    """``module:line: import`` for each import inside a function whose line does not say
+    why in a comment naming a heavy package it waits for (``# imports torch``)."""
+    bad = []
+    for name, node, line, waits, exempt in function_imports(package):
+        if exempt or not waits:
+            continue
+        _code, hash_, comment = line.partition("#")
+        if not hash_ or not any(re.search(rf"\b{w}\b", comment) for w in waits):
+            bad.append(
+                f"{name}:{node.lineno}: {line.strip()} (waits for {', '.join(sorted(waits))})"
+            )
     return bad
 
 
@@ -393,6 +422,27 @@ def test_imports_inside_functions_only_delay_a_heavy_package():
     assert not bad, "imports inside functions that delay nothing (move them to the top):\n" + (
         "\n".join(bad)
     )
+
+
+def test_each_import_inside_a_function_says_what_it_delays():
+    bad = imports_without_their_reason()
+    assert not bad, "imports inside functions without '# imports <package>':\n" + "\n".join(bad)
+
+
+def test_an_import_without_its_reason_is_caught(tmp_path):
+    pkg = _package(
+        tmp_path,
+        {
+            "model/stack.py": "import torch\n",
+            "select/core.py": IN_FUNCTION.format("from swapprune.model.stack import y")
+            + IN_FUNCTION.replace("f()", "g()").format("import torch  # imports torch")
+            + IN_FUNCTION.replace("f()", "h()").format("import numpy  # a reason, not the name"),
+        },
+    )
+    assert imports_without_their_reason(pkg) == [
+        "swapprune.select.core:2: from swapprune.model.stack import y (waits for torch)",
+        "swapprune.select.core:6: import numpy  # a reason, not the name (waits for numpy)",
+    ]
 
 
 def test_an_import_inside_a_function_that_delays_nothing_is_caught(tmp_path):

@@ -22,9 +22,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.cli import next_steps, say_to_stderr
-    from swapprune.cli.summary import print_prune_summary
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.cli import next_steps, say_to_stderr  # imports numpy, tqdm
+    from swapprune.cli.summary import print_prune_summary  # imports numpy, tqdm
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"),

@@ -62,7 +62,7 @@ def kept_on_interrupt(args) -> str | None:
 
 
 def run(args) -> int:
-    from swapprune.studies.compare import CompareJob, run_compare
+    from swapprune.studies.compare import CompareJob, run_compare  # imports numpy, tqdm
 
     job = CompareJob(
         run=RunConfig(
@@ -74,7 +74,7 @@ def run(args) -> int:
         compare=section_from(args, CompareConfig, "compare"),
         select=section_from(args, SelectConfig, "prune"),
     )
-    from swapprune.cli.next_steps import compare_quick
+    from swapprune.cli.next_steps import compare_quick  # imports numpy, tqdm
 
     res = run_compare(
         job, progress=not args.no_progress, say=say_to_stderr(args), quick=compare_quick(job)
@@ -88,7 +88,7 @@ def run(args) -> int:
             f"model-based selections: {t['oracle_computed']} pruned variants measured for "
             f"{t['oracle_queries']} queries (the rest answered from memory)"
         )
-    from swapprune.cli.next_steps import prune_after_compare
+    from swapprune.cli.next_steps import prune_after_compare  # imports numpy, tqdm
 
     scores = job.compare.scores or (
         out / "scores.json" if (out / "scores.json").is_file() else None

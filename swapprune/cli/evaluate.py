@@ -33,9 +33,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.cli.summary import print_eval_summary
-    from swapprune.pipeline.checks import check_config
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.cli.summary import print_eval_summary  # imports numpy, tqdm
+    from swapprune.pipeline.checks import check_config  # imports numpy
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"), eval=section_from(args, EvalConfig, "eval")
@@ -55,7 +55,7 @@ def _baseline(given: str, cfg: RunConfig, say, progress: bool):
     (its JSON written beside ``--output`` as ``NAME.baseline.json``)."""
     path = Path(given)
     if path.is_file() and path.suffix == ".json":
-        from swapprune.evaluation import EvalResult
+        from swapprune.evaluation import EvalResult  # imports numpy
 
         try:
             return EvalResult.from_json(path.read_text())
@@ -63,7 +63,7 @@ def _baseline(given: str, cfg: RunConfig, say, progress: bool):
             raise SwappruneError(f"cannot read --baseline {given}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
             raise SwappruneError(f"--baseline {given} is not an eval JSON ({e})") from None
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     resolve_source(given)  # a typo fails here, before the evaluated model loads
     assert cfg.eval is not None and cfg.eval.output is not None

@@ -122,13 +122,13 @@ class Job:
 
 def job_of(args) -> Job:
     """Everything that needs neither the model's facts nor its weights."""
-    from swapprune.select.constraints import check_names
-    from swapprune.select.landscape import parse_shape
-    from swapprune.studies.landscape import LandscapeSettings
+    from swapprune.select.constraints import check_names  # imports numpy
+    from swapprune.select.landscape import parse_shape  # imports numpy
+    from swapprune.studies.landscape import LandscapeSettings  # imports numpy
 
     cal = section_from(args, CalibrationConfig, "calibration", adaptive="off")
     run = RunConfig(model=section_from(args, ModelConfig, "model"), calibration=cal)
-    from swapprune.pipeline.checks import check_config
+    from swapprune.pipeline.checks import check_config  # imports numpy
 
     check_config(run, study=True)
     if args.budget < 1:
@@ -143,7 +143,7 @@ def job_of(args) -> Job:
     if not rounds:
         raise SwappruneError("--rounds needs at least one WINDOWSxTOKENS")
     names = list(CRITERIA) if args.criteria is None else [c for c in args.criteria if c != "none"]
-    from swapprune.select.spec import names as known
+    from swapprune.select.spec import names as known  # imports numpy
 
     for c in names:
         if c not in known():
@@ -169,9 +169,9 @@ def job_of(args) -> Job:
 
 def admissible_of(job: Job, facts):
     """The admissible sets on this model; one line when the budget or constraints refuse."""
-    from swapprune.select.constraints import resolve
-    from swapprune.select.landscape import MAX_BUDGET, Admissible
-    from swapprune.studies.landscape_estimate import estimate_seconds
+    from swapprune.select.constraints import resolve  # imports numpy
+    from swapprune.select.landscape import MAX_BUDGET, Admissible  # imports numpy
+    from swapprune.studies.landscape_estimate import estimate_seconds  # imports numpy
 
     a, L, n = job.args, facts.num_layers, job.settings.budget
     if n >= L:
@@ -202,12 +202,12 @@ def admissible_of(job: Job, facts):
 
 
 def run(args) -> int:
-    from swapprune.pipeline import stages
-    from swapprune.studies.landscape_estimate import estimate_seconds
+    from swapprune.pipeline import stages  # imports numpy
+    from swapprune.studies.landscape_estimate import estimate_seconds  # imports numpy
 
     job = job_of(args)
     say = say_to_stderr(args)
-    from swapprune.pipeline.checks import read_facts
+    from swapprune.pipeline.checks import read_facts  # imports numpy
 
     facts = read_facts(job.run)
     checked = admissible_of(job, facts) if facts is not None else None
@@ -232,10 +232,10 @@ def run(args) -> int:
 
 
 def _run(job: Job, loaded, adm, serve, say):
-    from swapprune.calibration.heldout import heldout_windows
-    from swapprune.pipeline import stages
-    from swapprune.select.reference import Heldout
-    from swapprune.studies.landscape import build_windows, run_landscape
+    from swapprune.calibration.heldout import heldout_windows  # imports torch, numpy
+    from swapprune.pipeline import stages  # imports numpy
+    from swapprune.select.reference import Heldout  # imports numpy
+    from swapprune.studies.landscape import build_windows, run_landscape  # imports numpy
 
     a, s = job.args, job.settings
     calibration = stages.calibrate(job.run, loaded)

@@ -13,10 +13,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.select import criteria
-    from swapprune.select.constraints import NONE
-    from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT
-    from swapprune.select.strategies import describe as describe_strategies
+    from swapprune.select import criteria  # imports numpy
+    from swapprune.select.constraints import NONE  # imports numpy
+    from swapprune.select.spec import AUTO, AUTO_SOURCE, AUTO_WHAT  # imports numpy
+    from swapprune.select.strategies import describe as describe_strategies  # imports numpy
 
     crit = criteria.describe()
     strategies = [

@@ -77,9 +77,9 @@ def kept_on_interrupt(args) -> str:
 
 
 def run(args) -> int:
-    from swapprune.cli import next_steps, say_to_stderr
-    from swapprune.cli.summary import print_prune_summary
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.cli import next_steps, say_to_stderr  # imports numpy, tqdm
+    from swapprune.cli.summary import print_prune_summary  # imports numpy, tqdm
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     res = run_pipeline(
         config_from(args),

@@ -46,7 +46,7 @@ def run(args) -> int:
         raise SwappruneError("give a recipe file: swapprune run RECIPE.yaml (or --schema)")
     cfg = load_config(args.recipe, args.overrides)
     if args.dry_run:
-        from swapprune.pipeline.checks import check_model, read_facts
+        from swapprune.pipeline.checks import check_model, read_facts  # imports numpy
 
         facts = read_facts(cfg)
         if facts is not None:
@@ -54,9 +54,9 @@ def run(args) -> int:
         print(cfg.to_yaml(), end="")
         print(f"# valid; {facts.num_layers if facts else 'unknown (config not readable)'} blocks")
         return 0
-    from swapprune.cli import next_steps
-    from swapprune.cli.summary import print_run_summary
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.cli import next_steps  # imports numpy, tqdm
+    from swapprune.cli.summary import print_run_summary  # imports numpy, tqdm
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     command = ["swapprune", "run", args.recipe, *sum((["--set", o] for o in args.overrides), [])]
     res = run_pipeline(
@@ -100,7 +100,7 @@ def recipe_writer(recipe: str, overrides: list[str], cfg):
 
 def yaml_value(value) -> str:
     """``value`` as ``--set`` reads it (YAML): plain text when it reads back as itself."""
-    import yaml
+    import yaml  # imports yaml
 
     if isinstance(value, str) and yaml.safe_load(value) == value:
         return value

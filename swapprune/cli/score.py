@@ -29,9 +29,9 @@ def kept_on_interrupt(args) -> str | None:
 
 
 def run(args) -> int:
-    from swapprune.cli.summary import print_score_summary
-    from swapprune.pipeline.checks import check_config
-    from swapprune.pipeline.sequence import run as run_pipeline
+    from swapprune.cli.summary import print_score_summary  # imports numpy, tqdm
+    from swapprune.pipeline.checks import check_config  # imports numpy
+    from swapprune.pipeline.sequence import run as run_pipeline  # imports numpy
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"),

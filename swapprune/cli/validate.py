@@ -24,8 +24,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from swapprune.studies.validity import run_validity
-    from swapprune.studies.validity_report import validity_markdown
+    from swapprune.studies.validity import run_validity  # imports numpy
+    from swapprune.studies.validity_report import validity_markdown  # imports numpy
 
     cfg = RunConfig(
         model=section_from(args, ModelConfig, "model"),
@@ -37,7 +37,7 @@ def run(args) -> int:
     )
     print(validity_markdown(result), end="")
     print(f"wrote {Path(out) / 'validity.json'}")
-    from swapprune.cli.next_steps import prune_after_validate
+    from swapprune.cli.next_steps import prune_after_validate  # imports numpy, tqdm
 
     print(f"next: {prune_after_validate(cfg, result)}")
     return 0

@@ -91,7 +91,7 @@ class RunConfig:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     def to_yaml(self) -> str:
-        import yaml
+        import yaml  # imports yaml
 
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 

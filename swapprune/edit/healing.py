@@ -173,7 +173,7 @@ def heal(
     Returns:
         The merged plain model (no peft modules left) in eval mode, and the report.
     """
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # imports peft
 
     config = config or HealConfig()
     config.check()

@@ -51,7 +51,7 @@ class MergeRule(ABC):
                         f"cannot merge '{name}': shape {tuple(t.shape)} of absorbed block {k} "
                         f"differs from {tuple(base[name].shape)}"
                     )
-        import torch
+        import torch  # imports torch
 
         merged: StateDict = {}
         for name, b in base.items():
@@ -118,7 +118,7 @@ class Average(MergeRule):
                 f"average merge got {len(weights)} weights for {len(blocks)} blocks"
             )
         total = sum(weights)
-        import torch
+        import torch  # imports torch
 
         merged = torch.zeros_like(base)
         for w, t in zip(weights, blocks, strict=True):

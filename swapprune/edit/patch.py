@@ -315,7 +315,7 @@ def patch_record(patches: list[Patch], ridge: float, windows: dict, compute: dic
 
 def save_patches(patches: list[Patch], directory: Path) -> str:
     """Write the matrices into ``directory / FILE``; returns their sha256."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # imports safetensors
 
     path = Path(directory) / FILE
     save_file({f"span.{i}": p.matrix.contiguous() for i, p in enumerate(patches)}, str(path))
@@ -324,7 +324,7 @@ def save_patches(patches: list[Patch], directory: Path) -> str:
 
 def load_patches(plan, directory: str | Path) -> list[Patch]:
     """The patches of ``plan`` from the file beside it, checked against the recorded digest."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # imports safetensors
 
     rec = plan.patch
     path = Path(directory) / rec["file"]

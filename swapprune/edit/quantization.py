@@ -71,7 +71,7 @@ class QuantizeReport:
 
 def quantize_model(model, config: QuantizeConfig | None = None) -> QuantizeReport:
     """Quantize ``model``'s weights in place and freeze them; returns a report."""
-    from optimum.quanto import freeze, quantization_map, quantize
+    from optimum.quanto import freeze, quantization_map, quantize  # imports optimum
 
     config = config or QuantizeConfig()
     config.check()
@@ -89,8 +89,8 @@ def quantize_model(model, config: QuantizeConfig | None = None) -> QuantizeRepor
 
 def load_quantized(path: str | Path, device: str | None = None):
     """Reload a quantized directory; returns ``(model, tokenizer)`` (a plain HF model)."""
-    from optimum.quanto import QuantizedModelForCausalLM
-    from transformers import AutoTokenizer
+    from optimum.quanto import QuantizedModelForCausalLM  # imports optimum
+    from transformers import AutoTokenizer  # imports transformers
 
     model = QuantizedModelForCausalLM.from_pretrained(str(path))._wrapped
     if device:
@@ -125,7 +125,7 @@ def save_quantized(
     Returns:
         The self-check results (also in ``provenance.json``).
     """
-    from optimum.quanto import QuantizedModelForCausalLM
+    from optimum.quanto import QuantizedModelForCausalLM  # imports optimum
 
     out = Path(out_dir)
     if out.exists():

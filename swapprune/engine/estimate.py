@@ -178,10 +178,10 @@ def measure_rates(model, input_ids, batch_size: int) -> Rates:
     On the first batch of ``input_ids``, after a short warm-up call that pays the
     first-call allocations. Costs about one base pass and a head over the batch.
     """
-    import torch
+    import torch  # imports torch
 
-    from swapprune.engine.probes import kl_rows
-    from swapprune.model.stack import decoder_stack
+    from swapprune.engine.probes import kl_rows  # imports torch, numpy
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     stack = decoder_stack(model)
     L = stack.num_layers

@@ -233,7 +233,7 @@ def exhaustive_search(
     Cost is the landscape's (:func:`swapprune.select.landscape.costs_points`) on all the
     windows; ties go to the lexicographically smaller set.
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # imports tqdm
 
     sets = admissible.sets()
     if not sets:

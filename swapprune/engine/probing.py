@@ -63,7 +63,7 @@ _PLAN_KEYS = {"replacement": ("repl_ij", "repl_ji"), "interchange": ("inter",)}
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # imports tqdm
 
     return tqdm(total=total, desc=desc, unit="unit", disable=not enabled, dynamic_ncols=True)
 

@@ -76,7 +76,7 @@ def merge_results(parts: list[ScoreResult]) -> ScoreResult:
 
 def _process_group():
     """The group to gather on (gloo), and whether this call created the default group."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # imports torch
 
     if not dist.is_available():
         raise SwappruneError("this torch build has no torch.distributed; run a single process")
@@ -115,7 +115,7 @@ def score_sharded(model, tokenizer=None, out: str | os.PathLike | None = None, *
     rank, world, _ = shard_env()
     if world == 1:
         return score(model, tokenizer, out=out, **score_kwargs)
-    import torch.distributed as dist
+    import torch.distributed as dist  # imports torch
 
     progress = bool(score_kwargs.pop("progress", True)) and rank == 0
     group, created = _process_group()

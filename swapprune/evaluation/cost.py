@@ -182,14 +182,14 @@ def pruning_cost(
         raise SwappruneError(f"the cost needs at least 2 windows, got {windows}")
     if plan is not None and getattr(plan, "op", "remove") != "remove":
         raise SwappruneError("a merge plan has no zero-copy view; pass the merged model as pruned=")
-    from swapprune.edit.surgery import pruned_view
+    from swapprune.edit.surgery import pruned_view  # imports torch
 
     kept = list(getattr(plan, "kept", plan)) if plan is not None else None
     start = time.perf_counter()
 
     def ppl(m) -> EvalResult:
         with _offline(True), quiet_lm_eval():
-            from lm_eval.models.huggingface import HFLM
+            from lm_eval.models.huggingface import HFLM  # imports lm_eval
 
             lm = HFLM(
                 pretrained=m, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size
@@ -255,6 +255,6 @@ def pruning_cost(
 
 def _num_blocks(model) -> int:
     """The decoder depth of ``model`` (its config's count, else the block list's length)."""
-    from swapprune.model.stack import decoder_stack
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     return len(decoder_stack(model).blocks)

@@ -72,7 +72,7 @@ def prompt_texts(n_prompts: int = N_PROMPTS) -> list[str]:
 
 def prompt_ids(tokenizer, texts: list[str], prompt_tokens: int = PROMPT_TOKENS):
     """``[n, prompt_tokens]`` token ids: the last ``prompt_tokens`` of each text."""
-    import torch
+    import torch  # imports torch
 
     rows = []
     for i, text in enumerate(texts):
@@ -95,7 +95,7 @@ def greedy_continuation(model, ids, new_tokens: int = NEW_TOKENS, pad_token_id: 
     Argmax at every step; EOS is suppressed (``min_new_tokens``) so that every
     continuation has ``new_tokens`` tokens and no padding is needed.
     """
-    import torch
+    import torch  # imports torch
 
     with torch.no_grad():
         out = model.generate(
@@ -119,7 +119,7 @@ def teacher_forced_choices(model, sequence, new_tokens: int, batch_size: int = 8
         new_tokens: Continuation length.
         batch_size: Prompts per forward pass (bounds the ``[b, new_tokens, vocab]`` logits).
     """
-    import torch
+    import torch  # imports torch
 
     # The last token is never read; the logits at positions p-1 .. p+T-2 predict
     # the T continuation tokens.
@@ -163,7 +163,7 @@ def reference_continuations(
     batch_size: int = 8,
 ) -> Reference:
     """Greedy continuations of the prompts by the base ``model``, and its own choices."""
-    import torch
+    import torch  # imports torch
 
     if new_tokens < 1 or prompt_tokens < 1:
         raise SwappruneError("new_tokens and prompt_tokens must be >= 1")

@@ -163,7 +163,7 @@ def run_harness(
     Returns:
         Task (and group) name -> :class:`TaskResult`.
     """
-    from lm_eval.evaluator import evaluate as lm_evaluate
+    from lm_eval.evaluator import evaluate as lm_evaluate  # imports lm_eval
 
     start = time.perf_counter()
     loaded = manager.load(names)

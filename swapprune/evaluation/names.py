@@ -72,7 +72,7 @@ def task_manager(include_defaults: bool = False) -> TaskManager:
     Args:
         include_defaults: Also index lm-eval's built-in tasks (slow, seconds).
     """
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # imports lm_eval
 
     # Indexing warns about every odd YAML in lm-eval's tree; none concern us.
     with quiet_lm_eval(logging.ERROR):

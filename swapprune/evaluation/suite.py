@@ -92,7 +92,7 @@ def evaluate(
     foreign = needs_lm_eval_defaults(names)
     start = time.perf_counter()
     with _offline(not foreign), quiet_lm_eval():
-        from lm_eval.models.huggingface import HFLM
+        from lm_eval.models.huggingface import HFLM  # imports lm_eval
 
         lm = HFLM(
             pretrained=model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size

@@ -38,7 +38,7 @@ from swapprune.plan import PrunePlan
 
 def load_gguf_model(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
     """transformers' own load of a GGUF file (de-quantized to ``dtype``), in eval mode."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # imports transformers
 
     path = Path(path)
     with parse_once(quiet=True):

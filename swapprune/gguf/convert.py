@@ -265,7 +265,7 @@ def parse_once(quiet: bool = False) -> Iterator[None]:
     de-quantization progress bar (a bare tqdm) is off. Restored on exit; a hook
     whose target is missing in this transformers/gguf version is skipped.
     """
-    import gguf
+    import gguf  # imports gguf
 
     patches: list[tuple[Any, str, Any]] = []
     readers: dict[tuple[str, str], Any] = {}
@@ -330,7 +330,7 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     Arrays are left out (the vocabulary is most of the header); raises a one-line
     :class:`~swapprune.errors.SwappruneError` for a file that is not a readable GGUF.
     """
-    import gguf
+    import gguf  # imports gguf
 
     try:
         check_header_bounds(path)  # before the reader trusts counts the file cannot hold

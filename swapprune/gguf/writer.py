@@ -100,7 +100,7 @@ def read_gguf(path: str | os.PathLike) -> Any:
     Raises:
         SwappruneError: the file cannot be read as a complete GGUF.
     """
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # imports gguf
 
     path = Path(path)
     if not path.is_file():
@@ -118,7 +118,7 @@ def read_gguf(path: str | os.PathLike) -> Any:
 
 def field_value(fld: Any) -> tuple[Any, Any, Any]:
     """``(value, type, sub_type)`` of a reader field, strings as raw bytes (copied exactly)."""
-    from gguf import GGUFValueType as T
+    from gguf import GGUFValueType as T  # imports gguf
 
     main = fld.types[0]
     if main == T.ARRAY:
@@ -228,7 +228,7 @@ def write_pruned_gguf(
             ``out`` that exists (without ``overwrite``) or is the source. Nothing
             is written in any of these cases.
     """
-    from gguf import GGUFValueType, GGUFWriter
+    from gguf import GGUFValueType, GGUFWriter  # imports gguf
 
     start = time.perf_counter()
     src, dst = Path(source).absolute(), Path(out).absolute()

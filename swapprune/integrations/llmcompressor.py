@@ -284,7 +284,7 @@ def _refuse_prepared_model(model) -> None:
     name (offset norms of Gemma-like models) or quantization schemes already
     attached would be restored onto the wrong blocks.
     """
-    from llmcompressor.modeling.offset_norm import NormCalibrationModule
+    from llmcompressor.modeling.offset_norm import NormCalibrationModule  # imports llmcompressor
 
     for name, mod in model.named_modules():
         if isinstance(mod, NormCalibrationModule):

@@ -40,7 +40,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def resolve_dtype(name: str | None, device: str):
-    import torch
+    import torch  # imports torch
 
     name = name or "float32"
     if name not in DTYPES:
@@ -56,7 +56,7 @@ def default_device(device: str | None) -> str:
     """
     if device and device not in ("auto", "cuda"):
         return device
-    import torch
+    import torch  # imports torch
 
     if device != "cuda" and not torch.cuda.is_available():
         return "cpu"
@@ -93,8 +93,8 @@ def load_model(
         ``(model, tokenizer, source)``; for a GGUF, ``source.gguf_file`` names
         the file and ``source.converted`` the cache directory read.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # imports transformers
+    from transformers.utils import logging as hf_logging  # imports transformers
 
     if not progress:
         hf_logging.disable_progress_bar()
@@ -153,8 +153,8 @@ def convert_gguf(gguf_path: Path, out: Path, progress: bool = True) -> None:
 
     The cache (:func:`swapprune.gguf.convert.converted_dir`) calls this once per file.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # imports torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # imports transformers
 
     folder, name = str(gguf_path.parent), gguf_path.name
     with gguf.parse_once(quiet=not progress):
@@ -170,7 +170,7 @@ def convert_gguf(gguf_path: Path, out: Path, progress: bool = True) -> None:
 
 def load_tokenizer(name: str, trust_remote_code: bool = False):
     """The tokenizer of a hub id or directory, or a one-line error."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # imports transformers
 
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
@@ -191,8 +191,8 @@ def tokenizer_alone(source: ModelSource):
         path = str(entry)
     else:
         path = source.path
-    from transformers import AutoTokenizer  # lazy: imports torch
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoTokenizer  # imports transformers (and torch)
+    from transformers.utils import logging as hf_logging  # imports transformers
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # a miss here is no error: the load reads it later

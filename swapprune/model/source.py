@@ -188,7 +188,7 @@ def check_resolvable(spec: str) -> ModelSource:
 
 def _hub_cached(repo_id: str) -> bool:
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # imports huggingface_hub
 
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except Exception:  # an id the hub library cannot parse has nothing cached
@@ -197,8 +197,12 @@ def _hub_cached(repo_id: str) -> bool:
 
 def _hub_problem(repo_id: str) -> str | None:
     """Why the hub cannot serve ``repo_id`` (one request), or ``None`` when it can."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub import HfApi  # imports huggingface_hub
+    from huggingface_hub.errors import (  # imports huggingface_hub
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+    )
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
     try:

@@ -219,7 +219,7 @@ def _selfcheck(path: Path, model, ids, reference, model_dtype) -> dict[str, Any]
     generation would (a differing pick is allowed only for a near-tie, two
     logits within the tolerance). That is one forward instead of one per token.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # imports transformers
 
     t0 = time.perf_counter()
     attn = getattr(model.config, "_attn_implementation", None)

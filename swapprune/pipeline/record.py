@@ -134,7 +134,7 @@ class RunBook(Steps):
         if heldout is not None:
             costs["heldout_ppl"] = heldout
         elif windows is not None and cfg.heal is not None:
-            from swapprune.edit.healing import heldout_perplexity
+            from swapprune.edit.healing import heldout_perplexity  # imports torch
 
             costs["heldout_ppl"] = self.stage(
                 f"held-out ppl {point}", heldout_perplexity, model, windows, cfg.heal.batch_size
@@ -164,12 +164,12 @@ class RunBook(Steps):
         }
 
     def save_model(self, directory: Path, model, tok, plan, source, calibration, scores, patches):
-        from swapprune.output.checkpoint import write_checkpoint
+        from swapprune.output.checkpoint import write_checkpoint  # imports torch
 
         x = self.config.export
         assert x is not None
         if patches:  # the matrices beside plan.json, their digest in it
-            from swapprune.edit.patch import save_patches
+            from swapprune.edit.patch import save_patches  # imports torch
 
             plan.patch["sha256"] = save_patches(patches, directory)
         ids = calibration.input_ids[:2] if calibration is not None else None
@@ -202,7 +202,7 @@ class RunBook(Steps):
         return self.metrics["selfcheck"]
 
     def save_quantized(self, directory: Path, model, tok, plan, calibration):
-        from swapprune.edit.quantization import save_quantized
+        from swapprune.edit.quantization import save_quantized  # imports torch
 
         assert self.config.quantize is not None
         ids = calibration.input_ids[:2] if calibration is not None else None

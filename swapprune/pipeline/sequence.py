@@ -161,12 +161,12 @@ def run(
             book.say(cost.warning)
 
     if cfg.prune:
-        from swapprune.edit.surgery import apply_plan
+        from swapprune.edit.surgery import apply_plan  # imports torch
 
         book.stage("edit", apply_plan, model, plan, None, patches)
         book.measure("pruned", model, tok, None if cfg.heal else windows)
     if cfg.heal:
-        from swapprune.edit.healing import heal
+        from swapprune.edit.healing import heal  # imports torch
 
         model, report = book.stage(
             "heal",
@@ -211,7 +211,7 @@ def run(
                 patches,
             )
         if cfg.quantize:
-            from swapprune.edit.quantization import quantize_model
+            from swapprune.edit.quantization import quantize_model  # imports torch
 
             book.metrics["quantize"] = book.stage(
                 "quantize", quantize_model, model, cfg.quantize
@@ -236,7 +236,7 @@ def run(
 
 
 def _heal_windows(cfg: RunConfig, loaded: stages.Loaded):
-    from swapprune.edit.healing import heal_windows
+    from swapprune.edit.healing import heal_windows  # imports torch
 
     assert cfg.heal is not None
     return heal_windows(loaded.tokenizer, cfg.heal, loaded.facts.context_length)

@@ -85,7 +85,7 @@ def output_state(config: RunConfig):
 
 def model_bytes(model, config: RunConfig) -> int:
     """Bytes of the saved weights (at the export dtype), for a full-disk message."""
-    import torch
+    import torch  # imports torch
 
     x = config.export
     dtype = getattr(torch, x.save_dtype) if x is not None and x.save_dtype else None
@@ -97,7 +97,7 @@ def model_bytes(model, config: RunConfig) -> int:
 
 def load(config: RunConfig, checked: Checked | None = None, progress: bool = True) -> Loaded:
     """Load the model and tokenizer; the selection is re-checked only if the facts differ."""
-    from swapprune.model.stack import decoder_stack
+    from swapprune.model.stack import decoder_stack  # imports torch
 
     m = config.model
     model, tok, source = load_model(
@@ -182,7 +182,7 @@ def _same_model(expected, loaded: Loaded, what: str) -> None:
     """Refuse an artifact whose recorded model fingerprint differs from the loaded model's."""
     if not expected:
         return  # written before artifacts carried fingerprints: only the depth is checked
-    from swapprune.model.fingerprint import check_same_model, model_fingerprint
+    from swapprune.model.fingerprint import check_same_model, model_fingerprint  # imports torch
 
     check_same_model(expected, model_fingerprint(loaded.model), what)
 
@@ -229,7 +229,7 @@ def select(
         progress=progress,
     )
     if plan.fingerprint is None:
-        from swapprune.model.fingerprint import model_fingerprint
+        from swapprune.model.fingerprint import model_fingerprint  # imports torch
 
         plan.fingerprint = model_fingerprint(loaded.model)
     return plan, scores
@@ -270,11 +270,11 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
     p = config.prune
     assert p is not None
     if plan.patch is not None and p.plan is not None:
-        from swapprune.edit.patch import load_patches
+        from swapprune.edit.patch import load_patches  # imports torch
 
         return load_patches(plan, Path(p.plan).parent)
-    from swapprune.calibration.heldout import heldout_windows
-    from swapprune.edit.patch import fit_patches, patch_record
+    from swapprune.calibration.heldout import heldout_windows  # imports torch
+    from swapprune.edit.patch import fit_patches, patch_record  # imports torch
 
     if loaded.tokenizer is None:
         raise SwappruneError("a linear patch needs calibration text: pass a tokenizer")
@@ -343,7 +343,7 @@ def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
             loaded.model, loaded.tokenizer, plan, windows=windows, threshold=c.threshold,
             generative=gen,
         )  # fmt: skip
-    from swapprune.edit.surgery import apply_plan
+    from swapprune.edit.surgery import apply_plan  # imports torch
 
     edited = apply_plan(copy.deepcopy(loaded.model), plan, log=lambda *_: None, patches=patches)
     cost = pruning_cost(

@@ -18,7 +18,7 @@ from swapprune.select.reference import Heldout
 
 def calibration(config: RunConfig, tokenizer, context: int | None):
     """The calibration windows of ``config.calibration`` (the pool, when probing in tranches)."""
-    from swapprune.calibration.windows import load_calibration  # lazy: imports torch
+    from swapprune.calibration.windows import load_calibration  # imports torch
 
     c = config.calibration
     return load_calibration(tokenizer, c.calib, c.prompts, c.tokens, c.seed, context)
@@ -44,7 +44,7 @@ def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
     if not (spec.certify or spec.policy == "auto"):
         return None
     # lazy: the windows are torch tensors
-    from swapprune.calibration.heldout import FIX, heldout_windows
+    from swapprune.calibration.heldout import FIX, heldout_windows  # imports torch
 
     c = config.calibration
     source = p.heldout_calib or c.calib

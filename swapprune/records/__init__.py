@@ -58,7 +58,7 @@ def _certificate(d: Mapping[str, Any]) -> Certificate | CertificateSkipped:
     if "skipped" in d:
         return CertificateSkipped(d["skipped"])
     # Lazy: the certificate's module brings numpy, and plan.py imports without it.
-    from swapprune.select.certificate import Certificate
+    from swapprune.select.certificate import Certificate  # imports numpy
 
     return Certificate.from_dict(d)
 

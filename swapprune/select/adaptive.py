@@ -297,10 +297,10 @@ def adaptive_score(
             the certificate (with ``spec.certify``); ``None``: on the frequency.
         progress: a progress bar over each tranche's probes.
     """
-    import torch
+    import torch  # imports torch
 
-    from swapprune.calibration.windows import Calibration
-    from swapprune.engine.probing import score
+    from swapprune.calibration.windows import Calibration  # imports torch
+    from swapprune.engine.probing import score  # imports torch
 
     settings = spec.adaptive
     if settings is None:
@@ -335,7 +335,7 @@ def adaptive_score(
     if any(c.tiebreak == "residual" for c in crits):
         # The plan breaks ties by the residual update measured on the first tranche (the
         # windows every pair is probed on), and the stopping rule judges that same plan.
-        from swapprune.engine.oracle import residual_norms
+        from swapprune.engine.oracle import residual_norms  # imports torch
 
         first = np.random.default_rng(settings.seed).permutation(
             min(settings.max_windows, ids.shape[0])

@@ -149,7 +149,7 @@ def select_auto(
             if scores.meta["adaptive"]["stop_rule"] == "certificate":
                 quantile = spending_quantile(scores.meta["adaptive"]["looks"])
         else:
-            from swapprune.engine.probing import score
+            from swapprune.engine.probing import score  # imports torch
 
             scores = score(
                 model,
@@ -294,7 +294,7 @@ def _shortlist(model, spec, scores, size, calibration) -> list[int]:
     if spec.auto_shortlist == "bi":
         if calibration is None:
             raise SwappruneError("auto_shortlist bi needs the calibration windows")
-        from swapprune.engine.oracle import CalibrationOracle
+        from swapprune.engine.oracle import CalibrationOracle  # imports torch
 
         ctx.oracle = CalibrationOracle(model, calibration.input_ids, spec.batch_size)
         return ranked(criteria_mod.get("bi").importance(ctx))[: len(short)]

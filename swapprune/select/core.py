@@ -40,7 +40,7 @@ def needs_probes(spec: SelectionSpec, scores) -> bool:
 
 def probe(model, spec: SelectionSpec, calibration, *, model_id: str = "", progress: bool = True):
     """Probe what ``spec``'s criterion reads, on ``calibration`` (adjacent pairs for swaps)."""
-    from swapprune.engine.probing import score
+    from swapprune.engine.probing import score  # imports torch
 
     probes = spec.criterion.probes
     pairs = "adjacent" if set(probes) & {"replacement", "interchange"} else []
@@ -90,7 +90,7 @@ def select_fixed(
     if needs_oracle:
         if calibration is None:
             raise SwappruneError(f"selection by '{crit.name}' needs calibration windows")
-        from swapprune.engine.oracle import CalibrationOracle
+        from swapprune.engine.oracle import CalibrationOracle  # imports torch
 
         oracle = CalibrationOracle(
             model, calibration.input_ids, spec.batch_size, spec.oracle_metric
@@ -192,7 +192,7 @@ def _tiebreak(crit, importance, cons, model, oracle, calibration, batch_size):
         return oracle.residual_norms()
     if calibration is None:
         return None  # scores alone, no windows: ties stay with the lower index
-    from swapprune.engine.oracle import residual_norms
+    from swapprune.engine.oracle import residual_norms  # imports torch
 
     return residual_norms(model, calibration.input_ids, batch_size)
 

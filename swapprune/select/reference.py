@@ -70,7 +70,7 @@ class Heldout:
     def oracle(self, model, which: str, batch_size: int):
         """The :class:`~swapprune.engine.oracle.CalibrationOracle` on ``which`` windows."""
         if which not in self._oracles:
-            from swapprune.engine.oracle import CalibrationOracle
+            from swapprune.engine.oracle import CalibrationOracle  # imports torch
 
             if which == "screen":  # the first two choosing windows
                 ids = self.certify.input_ids[:SCREEN_WINDOWS]

@@ -48,12 +48,12 @@ def _setting(results: dict) -> str:
 
 def write_plots(results: dict, scores, out: Path) -> list[Path]:
     """Cost vs budget per method, and the probe distances (see :func:`plot_scores`)."""
-    import matplotlib
+    import matplotlib  # imports matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # imports matplotlib
+    from matplotlib.patches import Patch  # imports matplotlib
+    from matplotlib.ticker import MaxNLocator  # imports matplotlib
 
     written = []
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
@@ -127,12 +127,12 @@ def plot_scores(scores, out: Path) -> list[Path]:
 
     Also the per-pair protocol gap ``I/R`` along depth.
     """
-    import matplotlib
+    import matplotlib  # imports matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import LogNorm
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # imports matplotlib
+    from matplotlib.colors import LogNorm  # imports matplotlib
+    from matplotlib.ticker import MaxNLocator  # imports matplotlib
 
     L = scores.num_layers
     positions = scores.meta.get("positions")

@@ -182,7 +182,7 @@ def run_landscape(
         say: receives stage lines; on_batch: ``(stage, sets done)`` after each written batch.
         picture: draw ``landscape.png`` at the end.
     """
-    from swapprune.model.fingerprint import model_fingerprint
+    from swapprune.model.fingerprint import model_fingerprint  # imports torch
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
@@ -295,9 +295,9 @@ def _dtype_name(model) -> str:
 def _screening_model(model, bf16: bool):
     if not bf16:
         return model
-    import torch
+    import torch  # imports torch
 
-    from swapprune.engine.exhaustive import low_precision_copy
+    from swapprune.engine.exhaustive import low_precision_copy  # imports torch
 
     return low_precision_copy(model, torch.bfloat16)
 
@@ -306,9 +306,9 @@ def _evaluate(
     state, rec, stage, model, input_ids, todo, settings, saved, progress, on_batch
 ) -> None:
     """Evaluate ``todo`` in batches of sets, writing the state after each."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # imports tqdm
 
-    from swapprune.engine.exhaustive import SetEvaluator
+    from swapprune.engine.exhaustive import SetEvaluator  # imports torch
 
     # Sets are non-empty: each walk starts from the state entering its first removed block.
     ev = SetEvaluator(model, input_ids, settings.batch_size, slots={min(s) for s in todo})

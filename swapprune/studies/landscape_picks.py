@@ -94,8 +94,8 @@ def run_criteria(
 
     The shared probes come first (once, when a criterion still to run reads them).
     """
-    from swapprune.api import plan_pruning
-    from swapprune.engine.oracle import shared_oracles
+    from swapprune.api import plan_pruning  # imports numpy
+    from swapprune.engine.oracle import shared_oracles  # imports torch, numpy
 
     todo = [n for n in names if n not in done]
     scores = None
@@ -138,7 +138,7 @@ def run_criteria(
 
 
 def _probe(model, calibration, settings: PickSettings, model_id: str, progress: bool):
-    from swapprune.engine.probing import score
+    from swapprune.engine.probing import score  # imports torch, numpy
 
     return score(
         model,

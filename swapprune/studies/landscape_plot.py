@@ -30,10 +30,10 @@ def _groups(criteria: list[dict]) -> dict[tuple, list[str]]:
 
 def write_picture(state: dict, path: str | Path) -> None:
     """Draw the landscape of a complete ``landscape.json`` state into ``path``."""
-    import matplotlib
+    import matplotlib  # imports matplotlib
 
     matplotlib.use("Agg")  # files only: no display is needed or wanted
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # imports matplotlib
 
     res = state["result"]
     rows, crit = res["sets"], res["criteria"]

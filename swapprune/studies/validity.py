@@ -188,7 +188,7 @@ def predictor_validity(
         A JSON-ready dict (``schema``, ``deletion_cost``, ``criteria``: per criterion the
         ``removability``, ``spearman``, ``ci`` and what was resampled).
     """
-    from swapprune.engine.oracle import CalibrationOracle
+    from swapprune.engine.oracle import CalibrationOracle  # imports torch
 
     for name in criteria:
         criteria_mod.get(name)  # unknown names fail before any forward pass
@@ -198,7 +198,7 @@ def predictor_validity(
         raise SwappruneError(f"a rank correlation over {L} blocks means nothing; need >= 3")
     need_pairs = [p for p in SWAP if p in {PAIR_CRITERIA.get(c) for c in criteria}]
     if need_pairs and (scores is None or not set(need_pairs) <= set(scores.protocols())):
-        from swapprune.engine.probing import score
+        from swapprune.engine.probing import score  # imports torch
 
         scores = score(
             model,
@@ -329,7 +329,7 @@ def run_validity(
     c = run.calibration
     target = None
     if validate.target != "calibration":
-        from swapprune.calibration.windows import vendored_text, windows_from_text
+        from swapprune.calibration.windows import vendored_text, windows_from_text  # imports torch
 
         text = (
             vendored_text("wiki.test.raw")

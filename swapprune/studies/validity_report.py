@@ -58,10 +58,10 @@ def validity_markdown(result: dict) -> str:
 
 def plot_validity(result: dict, path: str | Path) -> None:
     """Spearman with its CI per criterion, and the deletion cost per block (PNG)."""
-    import matplotlib
+    import matplotlib  # imports matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # imports matplotlib
 
     rows = sorted(
         result["criteria"].items(), key=lambda kv: np.nan_to_num(kv[1]["spearman"], nan=-9)
