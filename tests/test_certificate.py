@@ -551,3 +551,180 @@ def test_the_loop_stops_when_an_independent_alternative_is_clearly_cheaper():
     # nor is a cheaper set of the criterion's own (more windows may make it the choice)
     nll, base, tokens = nll_table({(1, 2): 2.0, (3, 4): 0.3}, noise=0.01)
     assert not certify((1, 2), nll, base, tokens).futile
+
+
+# -- the record --------------------------------------------------------------------------
+def test_a_certificate_reads_back_from_its_record_field_for_field():
+    from swapprune.select.certificate import Certificate
+
+    cert = _cert(chosen=[2, 5], switched=True, gain=2.5, quantile=0.99, r_stop=0.75,
+                 p_within=0.875, certified=False, mass_outside=0.125,
+                 plausible_from="neighbours", windows=10, tokens=5110, n_boot=500, seed=7,
+                 choose_windows=5, measure_windows=5, switch_among="reference",
+                 mass_gate=0.2, reasons=["regret", "mass"],
+                 best={"set": [1, 5], "source": "bi", "cost_points": 12.0, "gain_points": 18.0},
+                 scope="the evaluation text", futile=True,
+                 extra={"compute": {"block_tokens": 12}})  # fmt: skip
+    d = cert.to_dict()
+    assert Certificate.from_dict(d) == cert
+    assert Certificate.from_dict({**d, "summary": cert.summary()}) == cert  # the line is not kept
+
+
+def test_a_record_written_before_the_split_reads_with_the_old_meanings():
+    from swapprune.select.certificate import MASS_GATE, Certificate
+    from swapprune.stats import LEVEL, N_BOOT
+
+    old = {"chosen": [3, 5], "kept": [3, 5], "switched": False, "gain_points": 0.0,
+           "sets": [{"set": [3, 5], "cost_points": 30.0}], "r95_points": 0.5,
+           "p_within_delta": 0.9, "delta_points": 1.5, "certified": True,
+           "heldout": {"windows": 8, "tokens": 4088}}  # fmt: skip
+    c = Certificate.from_dict(old)
+    assert (c.quantile, c.r_stop, c.mass_outside, c.plausible_from) == (
+        LEVEL,
+        0.5,
+        None,
+        "bootstrap",
+    )
+    assert (c.windows, c.tokens, c.choose_windows, c.measure_windows) == (8, 4088, 0, 8)
+    assert (c.n_boot, c.seed, c.switch_among, c.mass_gate) == (N_BOOT, 0, "own", MASS_GATE)
+    assert (c.reasons, c.best, c.scope, c.futile, c.extra) == ([], None, "", False, {})
+
+
+def test_next_choices_rule_out_one_chosen_block_at_a_time():
+    from types import SimpleNamespace
+
+    from swapprune.select.reference import next_choices
+
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    spec = SimpleNamespace(num_layers=8, budget=2, constraints=cons,
+                           strategy=get_strategy("ranked"))  # fmt: skip
+    # importance: lower is more removable; blocks 4 and 2 are chosen, 4 the least removable
+    imp = [None, 5.0, 1.0, 6.0, 2.0, 3.0, 4.0, None]
+    plan = SimpleNamespace(removed=[2, 4], scores={"importance": imp})
+    assert next_choices(spec, plan, 3) == [(2, 5), (4, 5)]
+    assert next_choices(spec, plan, 1) == [(2, 5)]
+    plan_short = SimpleNamespace(removed=[2, 4], scores={"importance": imp[:-1]})
+    assert next_choices(spec, plan_short, 3) == []
+
+
+def _spec(cons, strategy="ranked", **kw):
+    from types import SimpleNamespace
+
+    strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    return SimpleNamespace(num_layers=cons.num_layers, budget=2, constraints=cons,
+                           strategy=strat, **kw)  # fmt: skip
+
+
+def test_next_choices_follow_the_tiebreak():
+    from types import SimpleNamespace
+
+    from swapprune.select.reference import next_choices
+
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    imp = [None, 1.0, 1.0, 1.0, 1.0, 9.0, 9.0, None]
+    tb = [None, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0, None]  # 4, then 3, then 2 go first
+    plan = SimpleNamespace(removed=[3, 4], scores={"importance": imp, "tiebreak": {"values": tb}})
+    assert next_choices(_spec(cons), plan, 3) == [(2, 4), (2, 3)]
+    untied = SimpleNamespace(removed=[3, 4], scores={"importance": imp})
+    assert next_choices(_spec(cons), untied, 3) == [(1, 2)]  # by index: 1, 2 both times
+
+
+def test_next_choices_rank_for_a_strategy_that_queries_the_model_and_skip_a_failed_choice():
+    from types import SimpleNamespace
+
+    from swapprune.select.reference import next_choices
+
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    imp = [None, 5.0, 1.0, 6.0, 2.0, 3.0, 4.0, None]
+    plan = SimpleNamespace(removed=[2, 4], scores={"importance": imp})
+
+    def refuses(inputs):
+        raise RuntimeError("no oracle here")
+
+    querying = SimpleNamespace(queries_model=True, choose=refuses)
+    assert next_choices(_spec(cons, querying), plan, 3) == [(2, 5), (4, 5)]
+
+    ranked = get_strategy("ranked")
+
+    def fails_without_4(inputs):  # block 4 is ruled out first (the least removable)
+        if np.isinf(inputs.importance[4]):
+            raise RuntimeError("cannot choose")
+        return ranked.choose(inputs)
+
+    picky = SimpleNamespace(queries_model=False, choose=fails_without_4)
+    assert next_choices(_spec(cons, picky), plan, 3) == [(4, 5)]
+
+
+def test_next_choices_leave_out_the_kept_set_and_sets_with_unmeasured_blocks():
+    from types import SimpleNamespace
+
+    from swapprune.select.reference import next_choices
+
+    cons = Constraints(num_layers=5, protect_first=1, protect_last=1)
+    plan = SimpleNamespace(removed=[1, 2], scores={"importance": [None, 1.0, 2.0, None, None]})
+    assert next_choices(_spec(cons), plan, 3) == []  # (1, 3) needs block 3, never measured
+
+
+def test_next_choices_keep_the_serving_constraint_on_the_banned_importance():
+    from types import SimpleNamespace
+
+    from test_serve_select import gemma3
+
+    from swapprune.select.constraints import resolve
+    from swapprune.select.reference import next_choices
+    from swapprune.serving.phase import eligible_removals
+
+    serve = resolve(["llama.cpp"], gemma3(12))
+    cons = Constraints(12, serve=serve)
+    imp = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.05, 1.1]
+    tb = [0.0] * 12
+    tb[8], tb[9] = 0.5, 0.25
+    imp[6] = imp[7] = 2.0
+    imp[8] = imp[9] = 0.9  # tied: the tie-break takes 9
+    plan = SimpleNamespace(removed=[10, 11], scores={"importance": imp, "tiebreak": {"values": tb}})
+    got = next_choices(_spec(cons), plan, 3)
+    # the literal rule: ban one kept block (least removable first), rank, then the
+    # cheapest in-phase set under the banned importance and the tie-break
+    sets = list(eligible_removals(serve.types, 2, list(serve.rules), []))
+    want = []
+    for b in sorted(plan.removed, key=lambda b: -imp[b]):
+        banned = np.array(imp)
+        banned[b] = np.inf
+        pick = sorted(np.argsort(banned, kind="stable")[:2].tolist())
+        if not serve.in_phase(pick):
+            pick = min(sets, key=lambda s: (banned[list(s)].sum(), np.array(tb)[list(s)].sum(), s))
+        pick = tuple(int(x) for x in pick)
+        if pick != (10, 11) and pick not in want and np.isfinite(banned[list(pick)]).all():
+            want.append(pick)
+    assert got == want == [(9, 11)]  # banning 11 leaves no in-phase set of measured blocks
+
+
+def test_plausible_sets_come_from_the_bootstrap_or_the_next_choices(monkeypatch):
+    from types import SimpleNamespace
+
+    from swapprune.select import reference
+    from swapprune.select.certificate import plausible_sets
+
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    serve = SimpleNamespace(in_phase=lambda s: 6 not in s)
+    spec = _spec(cons, n_boot=123, seed=7, certify_floor=0.2, certify_sets=3, serve=serve)
+    imp = [None, 5.0, 1.0, 6.0, 2.0, 3.0, 4.0, None]
+    plan = SimpleNamespace(removed=[2, 4], scores={"importance": imp})
+    counts = {(2, 4): 50, (2, 6): 30, (4, 5): 15, (1, 2): 5}
+    calls = []
+
+    def stability(*args):
+        calls.append(args)
+        return SimpleNamespace(counts=counts)
+
+    monkeypatch.setattr(reference, "plan_stability", stability)
+    scores = object()
+    sets, got_counts, how = reference.plausible(spec, plan, scores, extra=[(3, 4)])
+    assert calls == [(plan, scores, cons, 123, 7)]
+    assert (sets, got_counts, how) == ([(2, 4), (3, 4)], counts, "bootstrap")  # (2, 6) out of phase
+    assert sets == plausible_sets([2, 4], counts, 0.2, 3, [(3, 4)], serve.in_phase)[0]
+
+    monkeypatch.setattr(reference, "plan_stability", lambda *a: None)
+    sets, got_counts, how = reference.plausible(spec, plan, scores, extra=[(1, 4)])
+    # the next choices: (2, 5) then (4, 5); with (1, 4) first, the cap of 3 keeps (2, 5)
+    assert (sets, got_counts, how) == ([(2, 4), (1, 4), (2, 5)], None, "neighbours")

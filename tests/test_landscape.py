@@ -603,3 +603,43 @@ def test_a_landscape_joins_the_certificates_reference(tiny_dir, tmp_path, capsys
     assert main([*bad[:-3], "--output", str(tmp_path / "bad"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "of budget 2; this cut removes 3" in err and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("adjacent_ok", [True, False])
+@pytest.mark.parametrize("phase", [None, "even"])
+def test_admits_is_membership_in_the_admissible_sets(adjacent_ok, phase):
+    in_phase = None if phase is None else (lambda s: sum(s) % 2 == 0)
+    adm = Admissible(9, 3, protect_first=1, protect_last=2, never_adjacent=not adjacent_ok,
+                     in_phase=in_phase)  # fmt: skip
+    listed = set(adm.sets())
+    assert adm.sets() == sorted(listed)
+    for s in itertools.product(range(-1, 11), repeat=3):
+        assert adm.admits(s) == (tuple(sorted(s)) in listed), s
+    assert adm.admits([1, 3, 6]) == (phase is None or (1 + 3 + 6) % 2 == 0)
+    assert not adm.admits([1, 3]) and not adm.admits([1, 1, 3])
+    assert adm.candidates() == [1, 2, 3, 4, 5, 6]
+    free = 6
+    assert adm.upper_count() == (comb(free, 3) if adjacent_ok else comb(free - 3 + 1, 3))
+    if phase is None:
+        assert adm.upper_count() == len(listed)
+    assert adm.total() == comb(9, 3)
+    assert Admissible(9, 0).upper_count() == 0 and Admissible(3, 4).upper_count() == 0
+
+
+def test_admissible_sets_come_from_the_selections_constraints():
+    from types import SimpleNamespace
+
+    from swapprune.select.landscape import from_constraints
+
+    serve = SimpleNamespace(in_phase=lambda s: 4 not in s)
+    cons = SimpleNamespace(num_layers=8, protect_first=1, protect_last=2, serve=serve)
+    adm = from_constraints(cons, 2, never_adjacent=True)
+    assert (adm.num_layers, adm.budget, adm.protect_first, adm.protect_last) == (8, 2, 1, 2)
+    assert adm.never_adjacent and adm.in_phase is serve.in_phase
+    assert adm.sets() == [(1, 3), (1, 5), (2, 5), (3, 5)]
+    plain = from_constraints(SimpleNamespace(num_layers=8, protect_first=0, protect_last=0), 2)
+    assert plain.in_phase is None and not plain.never_adjacent and plain.upper_count() == 28
+    none_served = from_constraints(
+        SimpleNamespace(num_layers=8, protect_first=0, protect_last=0, serve=None), 2
+    )
+    assert none_served.in_phase is None

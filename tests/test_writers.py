@@ -144,6 +144,105 @@ def test_other_errors_are_not_write_errors():
     assert not writers.is_write_error(writers.WriteFailed("already a line"))
 
 
+def test_sizes_in_words():
+    got = [writers.size(n) for n in (0, 999, 1000, 30_081_024, 999_949_999, 2.5e9, 1.5e12, 2e15)]
+    assert got == [
+        "0 bytes", "999 bytes", "1.0 KB", "30.1 MB", "999.9 MB", "2.5 GB", "1.5 TB", "2000.0 TB"
+    ]  # fmt: skip
+
+
+def test_each_refused_write_says_exactly_why(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 1_500_000))
+    monkeypatch.setattr(writers, "file_size_limit", lambda: 20_480_000)
+    f = tmp_path / "model.gguf"
+    say = lambda e, needs=None: str(writers.write_error(f, e, needs))  # noqa: E731
+    assert say(OSError(errno.ENOSPC, "full"), 30_000_000) == (
+        f"no space left to write {f}: it needs about 30.0 MB, 1.5 MB free there"
+    )
+    assert say(OSError(errno.ENOSPC, "full")) == (
+        f"no space left to write {f}: the write was cut short, 1.5 MB free there"
+    )
+    assert say(OSError(errno.EFBIG, "too large")) == (
+        f"cannot write {f}: a file exceeds this process's file-size limit of 20.5 MB "
+        "(ulimit -f); the write was cut short"
+    )
+    assert say(OSError("30081024 requested and 18694848 written")) == (
+        f"cannot write {f}: a file exceeds this process's file-size limit of 20.5 MB "
+        "(ulimit -f); a write of 30.1 MB stopped after 18.7 MB"
+    )
+    assert say(OSError(errno.EACCES, "no")) == (
+        f"cannot write {f}: permission denied; choose a directory you can write to"
+    )
+    assert say(OSError(errno.EPERM, "no")).endswith(
+        ": permission denied; choose a directory you can write to"
+    )
+    assert say(OSError(errno.EROFS, "ro")) == (
+        f"cannot write {f}: a read-only file system; choose a directory you can write to"
+    )
+    # numpy's short write without a file-size limit is a full disk
+    monkeypatch.setattr(writers, "file_size_limit", lambda: None)
+    assert say(OSError("100 requested and 40 written")) == (
+        f"no space left to write {f}: a write of 100 bytes stopped after 40 bytes, 1.5 MB free there"
+    )
+    assert say(OSError(errno.EFBIG, "too large")) == (
+        f"cannot write {f}: a file exceeds this process's file-size limit (ulimit -f); "
+        "the write was cut short"
+    )
+    # a directory is its own place; no free space known: nothing said of it
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: (_ for _ in ()).throw(OSError("gone")))
+    assert (
+        say(OSError(errno.ENOSPC, "full")) == f"no space left to write {f}: the write was cut short"
+    )
+    seen = []
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: seen.append(p) or usage(0, 0, 0))
+    writers.write_error(tmp_path, OSError(errno.ENOSPC, "full"))
+    writers.write_error(f, OSError(errno.ENOSPC, "full"))
+    assert seen == [tmp_path, tmp_path]
+
+
+def test_errno_is_read_from_messages_without_one():
+    assert writers.is_write_error(RuntimeError("IoError(Os { code: 28, kind: StorageFull })"))
+    assert writers.is_write_error(RuntimeError("failed: os error 27"))  # EFBIG
+    assert not writers.is_write_error(RuntimeError("os error 2"))  # ENOENT
+    assert not writers.is_write_error(RuntimeError("100 requested and 40 written"))  # not OSError
+    assert writers.is_write_error(OSError(errno.EDQUOT, "quota"))
+
+
+def test_the_file_size_limit_as_this_process_has_it(monkeypatch):
+    import resource as res
+
+    monkeypatch.setattr(res, "getrlimit", lambda which: (20_480_000, res.RLIM_INFINITY))
+    assert writers.file_size_limit() == 20_480_000
+    asked = []
+    monkeypatch.setattr(
+        res, "getrlimit", lambda which: asked.append(which) or (res.RLIM_INFINITY,) * 2
+    )
+    assert writers.file_size_limit() is None and asked == [res.RLIMIT_FSIZE]
+
+
+def test_a_refusal_inside_staging_is_said_with_its_final_place(tmp_path):
+    stage, final = tmp_path / ".stage-x", tmp_path / "out"
+    with pytest.raises(writers.WriteFailed) as e:
+        with writers.refused_as_line(final, inside=stage):
+            raise writers.WriteFailed(f"no space left to write {stage}/model.safetensors")
+    assert str(e.value) == f"no space left to write {final}/model.safetensors"
+    with pytest.raises(writers.WriteFailed) as e:
+        with writers.refused_as_line(final, inside=tmp_path / "elsewhere"):
+            raise writers.WriteFailed(f"no space left to write {stage}/a")
+    assert str(e.value) == f"no space left to write {stage}/a"
+    with pytest.raises(writers.WriteFailed) as e:
+        with writers.refused_as_line(final, needs=2000):
+            raise OSError(errno.EACCES, "denied")
+    assert str(e.value).startswith(f"cannot write {final}: permission denied")
+    with pytest.raises(KeyError):
+        with writers.refused_as_line(final):
+            raise KeyError("not a write")
+
+
 # -- the harness ------------------------------------------------------------------------
 class Fault:
     """What the armed hook does when the target file is opened for writing."""
