@@ -19,7 +19,8 @@ not redone. Steps may run side by side (two processes on the 2-core machine).
 - ``contracts``: every set the study needs (the landscapes' refined sets, every cut) on
   all windows of both contracts, float32, from cached prefixes
   (:class:`swapprune.engine.exhaustive.SetEvaluator` with the contracts' scored spans);
-  ``results/contracts.json``.
+  ``results/contracts.json``. ``--refined eval`` leaves out the calibration-text
+  landscape's refined sets (the criteria's picks on it are still evaluated).
 - ``n8``: seed 0 at n = 8: the five cuts and the search reference (beam + local search).
 - ``report``: ``analysis.py`` over all of it -> ``REPORT.md``, ``study.json``.
 """
@@ -145,8 +146,9 @@ def run_landscape(budget: int, text: str) -> None:
 
 
 # -- the contracts ----------------------------------------------------------------------
-def needed_sets() -> dict[int, set[tuple[int, ...]]]:
-    """Every set the analysis reads on the contracts, by budget."""
+def needed_sets(refined=("calib", "eval")) -> dict[int, set[tuple[int, ...]]]:
+    """Every set the analysis reads on the contracts, by budget (the refined sets of the
+    landscapes screened on the texts in ``refined`` only; every criterion's pick)."""
     out: dict[int, set] = {}
     for f in sorted((RESULTS / "cuts").rglob("*.json")):
         d = json.loads(f.read_text())
@@ -157,11 +159,12 @@ def needed_sets() -> dict[int, set[tuple[int, ...]]]:
             continue
         budget = state["settings"]["budget"]
         res = state["result"]
-        for row in res["refined"]:
+        text = f.parent.name.split("-")[1]  # landscape-<text>-n<n>
+        for row in res["refined"] if text in refined else []:
             out.setdefault(budget, set()).add(tuple(row["set"]))
         for c in state["criteria"].values():
             if c.get("set") is not None:
-                out[budget].add(tuple(c["set"]))
+                out.setdefault(budget, set()).add(tuple(c["set"]))
     for method in study_v3_sets().values():  # Study v3's regret, against the true best
         for s in method.values():
             out.setdefault(3, set()).add(tuple(s))
@@ -180,13 +183,13 @@ def study_v3_sets() -> dict[str, dict[int, list[int]]]:
     return {m: {int(k): v["removed"] for k, v in r["per_seed"].items()} for m, r in ext.items()}
 
 
-def run_contracts(budgets=None, batch: int = 8) -> None:
+def run_contracts(budgets=None, batch: int = 8, refined=("calib", "eval")) -> None:
     """Every needed set of ``budgets`` (default: all) on both contracts, in batches."""
     from contracts import ContractSets  # eval/study_v4/contracts.py
 
     model, tok = _load()
     cs = ContractSets(model, tok, RESULTS / "contracts.json")
-    for budget, sets in sorted(needed_sets().items()):
+    for budget, sets in sorted(needed_sets(refined).items()):
         if budgets is not None and budget not in budgets:
             continue
         todo = sorted(s for s in sets if not cs.has(s))
@@ -227,6 +230,8 @@ def main(argv=None) -> int:
     ap.add_argument("--criteria", default=",".join(CRITERIA))
     ap.add_argument("--budget", type=int, default=2)
     ap.add_argument("--text", choices=["calib", "eval"], default="calib")
+    ap.add_argument("--refined", default="calib,eval",
+                    help="contracts: the refined sets of these texts' landscapes")  # fmt: skip
     a = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     if a.step == "cuts":
@@ -235,7 +240,7 @@ def main(argv=None) -> int:
     elif a.step == "landscape":
         run_landscape(a.budget, a.text)
     elif a.step == "contracts":
-        run_contracts({int(x) for x in a.budgets.split(",")})
+        run_contracts({int(x) for x in a.budgets.split(",")}, refined=tuple(a.refined.split(",")))
     elif a.step == "n8":
         run_n8()
     else:
