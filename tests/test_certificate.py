@@ -381,7 +381,10 @@ def test_a_stop_the_final_certificate_overrules_is_said_in_the_record():
     sets = [{"set": [14, 17]}, {"set": [13, 17]}, {"set": [12, 17]}]
     rec = reconcile_stop(loop("certified"), _cert(certified=False, sets=sets))
     assert rec.final_certified is False
-    assert "over 3 sets" in rec.stop_note and "does not" in rec.stop_note
+    assert rec.stop_note == (
+        "the loop certified against the sets of its last look; the final certificate, over 3 "
+        "sets (the kept set's +-1 neighbours, and for auto the beam's set, included), does not"
+    )
     assert rec.to_dict()["stop_note"] == rec.stop_note
     # agreement, or a stop on the cap: nothing to explain
     rec = reconcile_stop(loop("certified"), _cert(certified=True, sets=sets))
@@ -605,13 +608,14 @@ def test_next_choices_rule_out_one_chosen_block_at_a_time():
     assert next_choices(spec, plan, 1) == [(2, 5)]
     plan_short = SimpleNamespace(removed=[2, 4], scores={"importance": imp[:-1]})
     assert next_choices(spec, plan_short, 3) == []
+    assert next_choices(spec, SimpleNamespace(removed=[2, 4], scores={}), 3) == []
 
 
-def _spec(cons, strategy="ranked", **kw):
+def _spec(cons, strategy="ranked", budget=2, **kw):
     from types import SimpleNamespace
 
     strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    return SimpleNamespace(num_layers=cons.num_layers, budget=2, constraints=cons,
+    return SimpleNamespace(num_layers=cons.num_layers, budget=budget, constraints=cons,
                            strategy=strat, **kw)  # fmt: skip
 
 
@@ -622,7 +626,7 @@ def test_next_choices_follow_the_tiebreak():
 
     cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
     imp = [None, 1.0, 1.0, 1.0, 1.0, 9.0, 9.0, None]
-    tb = [None, 4.0, 3.0, 2.0, 1.0, 0.0, 0.0, None]  # 4, then 3, then 2 go first
+    tb = [None, None, 3.0, 2.0, 1.0, 0.0, 0.0, None]  # 4, then 3, then 2 go first; 1 last
     plan = SimpleNamespace(removed=[3, 4], scores={"importance": imp, "tiebreak": {"values": tb}})
     assert next_choices(_spec(cons), plan, 3) == [(2, 4), (2, 3)]
     untied = SimpleNamespace(removed=[3, 4], scores={"importance": imp})
@@ -710,7 +714,7 @@ def test_plausible_sets_come_from_the_bootstrap_or_the_next_choices(monkeypatch)
     spec = _spec(cons, n_boot=123, seed=7, certify_floor=0.2, certify_sets=3, serve=serve)
     imp = [None, 5.0, 1.0, 6.0, 2.0, 3.0, 4.0, None]
     plan = SimpleNamespace(removed=[2, 4], scores={"importance": imp})
-    counts = {(2, 4): 50, (2, 6): 30, (4, 5): 15, (1, 2): 5}
+    counts = {(2, 4): 50, (2, 6): 30, (4, 5): 25, (1, 2): 5}
     calls = []
 
     def stability(*args):
@@ -721,10 +725,82 @@ def test_plausible_sets_come_from_the_bootstrap_or_the_next_choices(monkeypatch)
     scores = object()
     sets, got_counts, how = reference.plausible(spec, plan, scores, extra=[(3, 4)])
     assert calls == [(plan, scores, cons, 123, 7)]
-    assert (sets, got_counts, how) == ([(2, 4), (3, 4)], counts, "bootstrap")  # (2, 6) out of phase
+    # (2, 6) is out of phase, (1, 2) under the floor of 20%
+    assert (sets, got_counts, how) == ([(2, 4), (4, 5), (3, 4)], counts, "bootstrap")
     assert sets == plausible_sets([2, 4], counts, 0.2, 3, [(3, 4)], serve.in_phase)[0]
 
     monkeypatch.setattr(reference, "plan_stability", lambda *a: None)
     sets, got_counts, how = reference.plausible(spec, plan, scores, extra=[(1, 4)])
     # the next choices: (2, 5) then (4, 5); with (1, 4) first, the cap of 3 keeps (2, 5)
     assert (sets, got_counts, how) == ([(2, 4), (1, 4), (2, 5)], None, "neighbours")
+    assert reference.plausible(spec, plan, scores)[0] == [(2, 4), (2, 5), (4, 5)]
+    # budget 3: the next choices (2, 4, 6), (2, 5, 6) are out of phase here; the cap less
+    # one are asked for, so none is left
+    no_pair = SimpleNamespace(in_phase=lambda s: not {2, 6} <= set(s))
+    spec3 = _spec(cons, budget=3, n_boot=123, seed=7, certify_floor=0.2, certify_sets=3,
+                  serve=no_pair)  # fmt: skip
+    plan3 = SimpleNamespace(removed=[2, 4, 5], scores={"importance": imp})
+    assert reference.plausible(spec3, plan3, scores) == ([(2, 4, 5)], None, "neighbours")
+
+
+def test_eligible_sets_are_those_in_phase_under_serve():
+    from types import SimpleNamespace
+
+    from swapprune.select.reference import eligible
+
+    serve = SimpleNamespace(in_phase=lambda s: True)
+    assert eligible(SimpleNamespace(serve=serve)) is serve.in_phase
+    assert eligible(SimpleNamespace(serve=None)) is None
+
+
+def test_the_independent_sets_by_source(monkeypatch):
+    from types import SimpleNamespace
+
+    from swapprune.select import reference
+
+    seen = []
+    monkeypatch.setattr(reference, "bi_choice", lambda *a: seen.append(("bi", a)) or (3, 5))
+    monkeypatch.setattr(reference, "other_choice",
+                        lambda *a: seen.append(("other", a)) or ("replacement", (2, 5)))  # fmt: skip
+    spec = SimpleNamespace(landscape=[[5, 3], [6, 1], [1, 6]])
+    model, calib, scores, held = object(), object(), object(), object()
+    got = reference.independent_sets(model, spec, calib, scores, held)
+    assert got == {(3, 5): "bi", (2, 5): "other protocol", (1, 6): "landscape"}
+    assert list(got) == [(3, 5), (2, 5), (1, 6)]
+    assert seen == [("bi", (model, spec, calib, held)), ("other", (model, spec, calib, scores))]
+    monkeypatch.setattr(reference, "bi_choice", lambda *a: None)
+    monkeypatch.setattr(reference, "other_choice", lambda *a: ("replacement", (3, 5)))
+    assert reference.independent_sets(model, spec, calib, scores, held) == {
+        (3, 5): "other protocol", (1, 6): "landscape"
+    }  # fmt: skip
+    monkeypatch.setattr(reference, "other_choice", lambda *a: None)
+    assert (
+        reference.independent_sets(model, SimpleNamespace(landscape=[]), calib, scores, held) == {}
+    )
+
+
+def test_certify_reads_its_inputs_in_float64_and_checks_its_windows():
+    """float32 holds, given index lists, the defaults it records, and its refusals."""
+    nll, base, tokens = nll_table({(3, 5): 0.30, (4, 6): 0.28, (2, 7): 0.45}, noise=0.02)
+    ref = certify((3, 5), nll, base, tokens, n_boot=200)
+    # float32 inputs (as a bf16 or float32 model gives them) are computed in float64
+    as32 = {s: np.asarray(v, np.float32).astype(np.float64) for s, v in nll.items()}
+    b32, t32 = np.asarray(base, np.float32), np.asarray(tokens, np.float32)
+    want = certify((3, 5), as32, b32.astype(np.float64), t32.astype(np.float64), n_boot=200)
+    got = certify((3, 5), {s: np.asarray(v, np.float32) for s, v in nll.items()}, b32, t32,
+                  n_boot=200)  # fmt: skip
+    assert got == want
+    assert (ref.plausible_from, ref.scope) == ("bootstrap", "")
+    h = len(base)
+    half = list(range(h // 2))
+    rest = list(range(h // 2, h))
+    assert certify((3, 5), nll, base, tokens, n_boot=200, choose=half, measure=rest) == ref
+    # one of the two alone is not a split: the default one is used
+    assert certify((3, 5), nll, base, tokens, n_boot=200, choose=rest) == ref
+    assert certify((3, 5), nll, base, tokens, n_boot=200, measure=half) == ref
+    with pytest.raises(
+        ValueError, match="^the choosing and the measuring windows must be disjoint$"
+    ):
+        certify((3, 5), nll, base, tokens, choose=[0, 1], measure=[1, 2])
+    with pytest.raises(ValueError, match="^switch_to must be 'own' or 'reference', got 'all'$"):
+        certify((3, 5), nll, base, tokens, switch_to="all")
