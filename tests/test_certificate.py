@@ -804,3 +804,73 @@ def test_certify_reads_its_inputs_in_float64_and_checks_its_windows():
         certify((3, 5), nll, base, tokens, choose=[0, 1], measure=[1, 2])
     with pytest.raises(ValueError, match="^switch_to must be 'own' or 'reference', got 'all'$"):
         certify((3, 5), nll, base, tokens, switch_to="all")
+
+
+class _FakeOracle:
+    """Per-window mean NLL of each removal set from a table (what a CalibrationOracle gives)."""
+
+    def __init__(self, windows: int, length: int, per_token: dict, base: np.ndarray):
+        self.input_ids = np.zeros((windows, length), dtype=int)
+        self.per_token, self.base = per_token, base
+        self.asked: list = []
+
+    def window_costs(self, removed, metric):
+        assert metric == "ppl"
+        self.asked.append(tuple(removed))
+        return self.base + self.per_token.get(tuple(removed), 0.0)
+
+
+def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
+    from types import SimpleNamespace
+
+    from swapprune.select import reference
+
+    H, L = 8, 65  # 64 scored tokens per window
+    rng = np.random.default_rng(3)
+    base = 3.0 + rng.normal(0, 0.2, H)
+    extra = {(): 0.0, (3, 5): 0.30, (2, 5): 0.32, (1, 4): 0.20, (1, 2, 3): 0.05, (6, 7): 0.5,
+             (2, 6): 0.9, (4, 5): 0.31, (3, 6): 0.29, (3, 4): 0.6}  # fmt: skip
+    per_token = {s: v + rng.normal(0, 0.01, H) for s, v in extra.items()}
+    per_token[()] = np.zeros(H)  # the unpruned model
+    certify_o = _FakeOracle(H, L, per_token, base)
+    # on the screening windows (3, 6) looks best and (3, 4) second: they are carried
+    screen_o = _FakeOracle(2, L, {(3, 6): 0.0, (3, 4): 0.1, (2, 5): 0.2, (4, 5): 0.3,
+                                  (3, 5): 0.4}, base[:2])  # fmt: skip
+    held = reference.Heldout(certify=None, scope="the calibration text (x)")
+    held._oracles = {"certify": certify_o, "screen": screen_o}
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    spec = SimpleNamespace(constraints=cons, serve=SimpleNamespace(in_phase=lambda s: 7 not in s),
+                           batch_size=4, certify_delta=None, n_boot=200, seed=3)  # fmt: skip
+    independents = {(4, 1): "bi", (1, 2, 3): "landscape", (6, 7): "other protocol",
+                    (5, 3): "bi"}  # fmt: skip
+    got = reference.reference_certificate(None, spec, held, [5, 3], [(3, 5), (5, 2)], independents,
+                                          counts={(3, 5): 8, (2, 5): 1, (2, 6): 1})  # fmt: skip
+    tokens = np.full(H, L - 1, dtype=float)
+    nll = {s: (base + per_token[s]) * tokens for s in [(3, 5), (2, 5), (1, 4)]}
+    first = certify((3, 5), nll, base * tokens, tokens, sources={(1, 4): "bi"}, n_boot=200, seed=3)
+    assert first.kept == [3, 5]  # no neighbour of (3, 5) is in R yet
+    # the neighbours of the kept set, ranked on the screen: (3, 6), (3, 4) carried
+    moved = reference.shifted_sets([3, 5], cons, spec.serve.in_phase)
+    assert (3, 6) in moved and (3, 4) in moved
+    nll |= {s: (base + per_token[s]) * tokens for s in [(3, 6), (3, 4)]}
+    sources = {(1, 4): "bi", (3, 6): "neighbour", (3, 4): "neighbour"}
+    want = certify((3, 5), nll, base * tokens, tokens, sources=sources, n_boot=200, seed=3,
+                   mass_outside=1 - 9 / 10, plausible_from="bootstrap",
+                   scope="the calibration text (x)")  # fmt: skip
+    assert got == want
+    assert [r["source"] for r in got.sets] == [
+        "chosen",
+        "criterion",
+        "bi",
+        "neighbour",
+        "neighbour",
+    ]
+    # (1, 2, 3) has the wrong size and (6, 7) is out of phase: neither is measured
+    assert (1, 2, 3) not in certify_o.asked and (6, 7) not in certify_o.asked
+    # without the neighbours
+    held2 = reference.Heldout(certify=None, scope="the calibration text (x)")
+    held2._oracles = {"certify": _FakeOracle(H, L, per_token, base)}
+    plain = reference.reference_certificate(None, spec, held2, [3, 5], [(3, 5), (2, 5)],
+                                            independents, near=False)  # fmt: skip
+    assert [r["set"] for r in plain.sets] == [[3, 5], [2, 5], [1, 4]]
+    assert plain.mass_outside is None and plain.plausible_from == "bootstrap"
