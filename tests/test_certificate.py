@@ -353,6 +353,18 @@ def test_certify_is_its_definition():
                         "gain_points": pytest.approx(100 * (pm[kept] - pm[b]))}  # fmt: skip
     assert (got.choose_windows, got.measure_windows, got.windows) == (6, 6, 12)
     assert certify((3, 5), nll, base, tokens) == certify((3, 5), nll, base, tokens, seed=0)
+    # futile: an independent set beats the kept one by more than delta at the regret's 5th
+    # percentile; delta just below, at and between the 5th and 6th percentiles
+    b_src = "bi" if b == (8, 9) else "criterion"
+    assert got.futile == (b_src == "bi" and float(np.percentile(regret, 5)) > tol)
+    p5, p6 = (float(x) for x in np.percentile(regret, [5, 6]))
+    assert b_src == "bi" and p5 < p6
+
+    def futile_at(d):
+        return certify((3, 5), nll, base, tokens, sources=sources, n_boot=B, seed=seed,
+                       delta=d).futile  # fmt: skip
+
+    assert futile_at(p5 - 1e-9) and not futile_at(p5) and not futile_at((p5 + p6) / 2)
 
 
 def test_a_regret_exactly_at_the_tolerance_certifies():
@@ -874,3 +886,53 @@ def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
                                             independents, near=False)  # fmt: skip
     assert [r["set"] for r in plain.sets] == [[3, 5], [2, 5], [1, 4]]
     assert plain.mass_outside is None and plain.plausible_from == "bootstrap"
+
+
+def test_certify_records_what_it_was_given():
+    from swapprune.stats.bootstrap import resample_indices
+
+    nll, base, tokens = nll_table({(3, 5): 0.300, (4, 6): 0.295, (2, 7): 0.45}, noise=0.002)
+    alone = certify((3, 5), {(3, 5): nll[(3, 5)]}, base, tokens, n_boot=100)
+    assert alone.best is None and not alone.futile and alone.kept == [3, 5]
+    c = certify((3, 5), nll, base, tokens, switch_to="reference", quantile=0.99, n_boot=123,
+                seed=4, mass_outside=0.15, mass_gate=0.2, plausible_from="neighbours",
+                scope="the calibration text (x)")  # fmt: skip
+    assert (c.quantile, c.n_boot, c.seed, c.switch_among, c.mass_gate) == (
+        0.99,
+        123,
+        4,
+        "reference",
+        0.2,
+    )
+    assert (c.plausible_from, c.scope, c.mass_outside) == ("neighbours", "the calibration text (x)",
+                                                           0.15)  # fmt: skip
+    assert c.tokens == int(tokens.sum()) and c.windows == len(base)
+    assert c.r_stop == pytest.approx(float(np.percentile(_regret(c, nll, base, tokens), 99)))
+    # (4, 6) is cheaper by about half a point on every window: a challenger whose CI's
+    # lower end lies between 0 and 1 point still wins
+    lo, hi = c.sets[1]["better_than_chosen_ci"]
+    assert 0 < lo < 1 and c.switched and c.kept == [4, 6]
+    # one challenger: its CI is at alpha itself, from the choosing windows' resamples
+    ch = list(range(len(base) // 2))
+    idx = resample_indices(len(ch), 123, 4)
+
+    def boot(s):
+        t, bb = tokens[ch][idx].sum(1), base[ch][idx].sum(1)
+        return np.exp((nll[s][ch][idx].sum(1) - bb) / t) - 1
+
+    one = certify((3, 5), {s: nll[s] for s in [(3, 5), (4, 6)]}, base, tokens, n_boot=123, seed=4)
+    want = np.percentile(100 * (boot((3, 5)) - boot((4, 6))), [2.5, 97.5])
+    assert one.sets[1]["better_than_chosen_ci"] == pytest.approx(list(want))
+
+
+def _regret(cert, nll, base, tokens):
+    """The regret replicates of ``cert`` recomputed from the definition (measuring half)."""
+    from swapprune.stats.bootstrap import resample_indices
+
+    me = list(range(len(base) // 2, len(base)))
+    idx = resample_indices(len(me), cert.n_boot, cert.seed + 1)
+    t, bb = tokens[me][idx].sum(1), base[me][idx].sum(1)
+    boot = {tuple(r["set"]): np.exp((nll[tuple(r["set"])][me][idx].sum(1) - bb) / t) - 1
+            for r in cert.sets}  # fmt: skip
+    best = np.min(np.stack(list(boot.values())), axis=0)
+    return 100 * (boot[tuple(cert.kept)] - best)
