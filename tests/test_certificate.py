@@ -936,3 +936,15 @@ def _regret(cert, nll, base, tokens):
             for r in cert.sets}  # fmt: skip
     best = np.min(np.stack(list(boot.values())), axis=0)
     return 100 * (boot[tuple(cert.kept)] - best)
+
+
+def test_too_few_windows_to_split_is_said_in_words():
+    from swapprune.select.certificate import MIN_WINDOWS
+
+    assert split_windows(MIN_WINDOWS) == (list(range(MIN_WINDOWS // 2)),
+                                          list(range(MIN_WINDOWS // 2, MIN_WINDOWS)))  # fmt: skip
+    with pytest.raises(ValueError) as e:
+        split_windows(MIN_WINDOWS - 1)
+    assert str(e.value) == (
+        f"the certificate needs at least {MIN_WINDOWS} held-out windows, got {MIN_WINDOWS - 1}"
+    )

@@ -643,3 +643,11 @@ def test_admissible_sets_come_from_the_selections_constraints():
         SimpleNamespace(num_layers=8, protect_first=0, protect_last=0, serve=None), 2
     )
     assert none_served.in_phase is None
+
+
+def test_pooled_nll_is_summed_nll_over_summed_tokens():
+    from swapprune.select.landscape import pooled, ranked
+
+    assert pooled(np.array([3.0, 5.0]), np.array([2.0, 2.0])) == 2.0
+    nll = {(2, 3): np.array([3.0, 5.0]), (1, 4): np.array([4.0, 4.0]), (0, 1): np.array([9.0, 0.0])}
+    assert ranked(nll, np.array([2, 2])) == [(0, 1), (1, 4), (2, 3)]  # ties: lexicographic
