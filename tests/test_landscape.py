@@ -650,4 +650,4 @@ def test_pooled_nll_is_summed_nll_over_summed_tokens():
 
     assert pooled(np.array([3.0, 5.0]), np.array([2.0, 2.0])) == 2.0
     nll = {(2, 3): np.array([3.0, 5.0]), (1, 4): np.array([4.0, 4.0]), (0, 1): np.array([9.0, 0.0])}
-    assert ranked(nll, np.array([2, 2])) == [(0, 1), (1, 4), (2, 3)]  # ties: lexicographic
+    assert ranked(nll, np.array([2, 2])) == [(1, 4), (2, 3), (0, 1)]  # ties: lexicographic
