@@ -42,14 +42,15 @@ def main() -> int:
     picks = {c: tuple(sorted(v["set"])) for c, v in land["criteria"].items() if v.get("set")}
     calib_file = RESULTS / "landscape-calib-n3" / "landscape.json"
     calib = json.loads(calib_file.read_text()) if calib_file.is_file() else None
-    if calib is not None and not calib.get("complete"):
-        calib = None
     picks_from = "evaluation-text landscape"
-    if not picks and calib is not None:
-        # the criteria pick on seed 0's calibration windows (the calibration-text landscape)
+    if not picks and calib is not None and calib.get("criteria"):
+        # the criteria pick on seed 0's calibration windows before the calibration-text
+        # landscape screens (a stopped one has them too)
         picks = {c: tuple(sorted(v["set"])) for c, v in calib["criteria"].items() if v.get("set")}
-        picks_from = "calibration-text landscape (seed 0's calibration windows)"
+        picks_from = "calibration-text landscape's criteria (seed 0's calibration windows)"
     screened = {"eval": screening_costs(land)}
+    if calib is not None and not calib.get("complete"):
+        calib = None  # its screening did not finish: no ranks on it
     if calib is not None:
         screened["calib"] = screening_costs(calib)
     best, best_cost = ext.best(3)
@@ -159,7 +160,7 @@ def markdown(out: dict) -> str:
         "## Each criterion's pick",
         "",
         f"Picked on the {out.get('picks_from', 'evaluation-text landscape')}; percentile rank "
-        "= share of the 4,060 sets strictly cheaper on that landscape's first screening round "
+        "= share of the 4,060 sets strictly cheaper in each landscape's first screening round "
         "(0: the best); regret against the best measured on the extended contract, with its "
         "article-bootstrap 95% CI.",
         "",

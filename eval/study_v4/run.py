@@ -155,14 +155,13 @@ def needed_sets(refined=("calib", "eval")) -> dict[int, set[tuple[int, ...]]]:
         out.setdefault(d["budget"], set()).add(tuple(d["plan"]["removed"]))
     for f in sorted(RESULTS.glob("landscape-*/landscape.json")):
         state = json.loads(f.read_text())
-        if not state.get("complete"):
-            continue
         budget = state["settings"]["budget"]
-        res = state["result"]
         text = f.parent.name.split("-")[1]  # landscape-<text>-n<n>
-        for row in res["refined"] if text in refined else []:
-            out.setdefault(budget, set()).add(tuple(row["set"]))
-        for c in state["criteria"].values():
+        if state.get("complete") and text in refined:
+            for row in state["result"]["refined"]:
+                out.setdefault(budget, set()).add(tuple(row["set"]))
+        # the criteria pick before the screening starts: a stopped landscape has them too
+        for c in state.get("criteria", {}).values():
             if c.get("set") is not None:
                 out.setdefault(budget, set()).add(tuple(c["set"]))
     for method in study_v3_sets().values():  # Study v3's regret, against the true best
