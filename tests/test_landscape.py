@@ -651,3 +651,32 @@ def test_pooled_nll_is_summed_nll_over_summed_tokens():
     assert pooled(np.array([3.0, 5.0]), np.array([2.0, 2.0])) == 2.0
     nll = {(2, 3): np.array([3.0, 5.0]), (1, 4): np.array([4.0, 4.0]), (0, 1): np.array([9.0, 0.0])}
     assert ranked(nll, np.array([2, 2])) == [(1, 4), (2, 3), (0, 1)]  # ties: lexicographic
+
+
+def test_the_constraints_in_words():
+    assert Admissible(8, 2).describe() == "no constraint"
+    both = Admissible(8, 2, 1, 2, never_adjacent=True, in_phase=lambda s: True)
+    assert both.describe() == (
+        "first 1 protected, last 2 protected, never two adjacent, in phase for the serving runtimes"
+    )
+    assert Admissible(8, 2, protect_last=1).describe() == "last 1 protected"
+
+
+def test_excess_is_computed_in_float64_whatever_its_inputs():
+    rng = np.random.default_rng(0)
+    nll, best = (rng.normal(300, 5, 6).astype(np.float32) for _ in range(2))
+    t = np.full(6, 127, dtype=np.float32)
+    want = excess(nll.astype(np.float64), best.astype(np.float64), t.astype(np.float64))
+    assert excess(nll, best, t) == want
+    assert excess(nll.astype(np.float64), best, t) == want
+
+
+def test_a_round_passing_exactly_its_floor_keeps_the_sets_that_passed():
+    nll = table(
+        s01=[1.0, 1.0, 1.0, 1.0], s02=[1.1, 0.9, 1.05, 0.95], s03=[1.5, 1.5, 1.5, 1.5],
+        s04=[1.004, 1.004, 1.004, 1.004], s05=[1.006, 1.006, 1.006, 1.006],
+        s12=[1.9, 0.9, 1.9, 0.9], s13=[1.9, 1.7, 1.9, 1.7],
+    )  # fmt: skip
+    # four pass, among them the noisy (1, 2) below the clearly worse (0, 5)
+    rule = ScreeningRule(z=3, margin=0.005, top_k=1, min_keep=4)
+    assert survivors(nll, T, rule, final=False) == [(0, 1), (0, 2), (0, 4), (1, 2)]
