@@ -680,3 +680,31 @@ def test_a_round_passing_exactly_its_floor_keeps_the_sets_that_passed():
     # four pass, among them the noisy (1, 2) below the clearly worse (0, 5)
     rule = ScreeningRule(z=3, margin=0.005, top_k=1, min_keep=4)
     assert survivors(nll, T, rule, final=False) == [(0, 1), (0, 2), (0, 4), (1, 2)]
+
+
+def test_the_screening_rule_refuses_what_it_cannot_mean():
+    for kw, line in [
+        (dict(top_k=0), "top_k must be >= 1, got 0"),
+        (dict(z=-1.0), "the screening rule needs z >= 0 and margin >= 0"),
+        (dict(margin=-0.1), "the screening rule needs z >= 0 and margin >= 0"),
+        (dict(top_k=4, min_keep=3), "min_keep 3 is below top_k 4"),
+        (dict(top_k=4, max_refine=3), "max_refine 3 is below top_k 4"),
+    ]:
+        with pytest.raises(SwappruneError) as e:
+            ScreeningRule(**kw)
+        assert str(e.value) == line
+    assert ScreeningRule(top_k=3, min_keep=3, max_refine=3).floor == 3
+
+
+def test_cost_samples_are_the_cost_on_each_resample():
+    from swapprune.select.certificate import cost_samples
+
+    nll, base, t = (
+        np.array([310.0, 290.0, 305.0]),
+        np.array([300.0, 280.0, 300.0]),
+        np.full(3, 100.0),
+    )
+    idx = np.array([[0, 1, 2], [0, 0, 0], [2, 1, 1]])
+    point, boot = cost_samples(nll, base, t, idx)
+    assert point == pytest.approx(np.exp(25 / 300) - 1)
+    assert boot == pytest.approx([np.exp(25 / 300) - 1, np.exp(30 / 300) - 1, np.exp(25 / 300) - 1])
