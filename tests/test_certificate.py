@@ -886,6 +886,21 @@ def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
                                             independents, near=False)  # fmt: skip
     assert [r["set"] for r in plain.sets] == [[3, 5], [2, 5], [1, 4]]
     assert plain.mass_outside is None and plain.plausible_from == "bootstrap"
+    # what the spec and the caller set reaches certify; neighbours obey the phase too
+    spec.certify_delta = 7.5
+    spec.serve = SimpleNamespace(in_phase=lambda s: 6 not in s)
+    held3 = reference.Heldout(certify=None, scope="the calibration text (x)")
+    held3._oracles = {"certify": _FakeOracle(H, L, per_token, base), "screen": screen_o}
+    set3 = reference.reference_certificate(None, spec, held3, [3, 5], [(3, 5)], independents,
+                                           plausible_from="neighbours", quantile=0.99)  # fmt: skip
+    assert (set3.delta, set3.plausible_from, set3.quantile) == (7.5, "neighbours", 0.99)
+    assert set3.kept == [3, 5] and [3, 6] not in [r["set"] for r in set3.sets]
+    assert [r["set"] for r in set3.sets if r["source"] == "neighbour"] == [[3, 4], [2, 5]]
+    held4 = reference.Heldout(certify=None, scope="")
+    held4._oracles = {"certify": _FakeOracle(H, L, per_token, base)}
+    anything = reference.reference_certificate(None, spec, held4, [3, 5], [(3, 5)], independents,
+                                               switch_to="reference", near=False)  # fmt: skip
+    assert anything.switch_among == "reference"
 
 
 def test_certify_records_what_it_was_given():
@@ -907,7 +922,9 @@ def test_certify_records_what_it_was_given():
     assert (c.plausible_from, c.scope, c.mass_outside) == ("neighbours", "the calibration text (x)",
                                                            0.15)  # fmt: skip
     assert c.tokens == int(tokens.sum()) and c.windows == len(base)
-    assert c.r_stop == pytest.approx(float(np.percentile(_regret(c, nll, base, tokens), 99)))
+    regret = _regret(c, nll, base, tokens)
+    assert c.r_stop == pytest.approx(float(np.percentile(regret, 99)))
+    assert c.r95 == pytest.approx(float(np.percentile(regret, 95)))
     # (4, 6) is cheaper by about half a point on every window: a challenger whose CI's
     # lower end lies between 0 and 1 point still wins
     lo, hi = c.sets[1]["better_than_chosen_ci"]
