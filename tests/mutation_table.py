@@ -45,16 +45,16 @@ def patterns(path: Path) -> list[str]:
     return [ln for ln in lines if ln]
 
 
-def _group(name: str, only: list[str] | None) -> str | None:
-    """The row a mutant counts in: its module (or, with ``only``, its function), or
-    ``None`` when ``only`` does not name it."""
+def _group(name: str, module: str, only: list[str] | None) -> str | None:
+    """The row a mutant counts in: its module, or with ``only`` its function (``None`` when
+    ``only`` does not name it)."""
     if only is None:
-        return None
+        return module
     if not any(fnmatch.fnmatch(name, p) for p in only):
         return None
-    module, _, fn = name.split("__mutmut_")[0].rpartition(".")
+    head, _, fn = name.split("__mutmut_")[0].rpartition(".")
     fn = fn[2:] if fn.startswith("x_") else fn[1:].strip("\u01c1").replace("\u01c1", ".")
-    return f"{module}.{fn}"
+    return f"{head}.{fn}"
 
 
 def table(root: Path, only: list[str] | None = None) -> tuple[list[str], list[str]]:
@@ -69,14 +69,18 @@ def table(root: Path, only: list[str] | None = None) -> tuple[list[str], list[st
         record = json.loads(meta.read_text())
         codes = record["exit_code_by_key"]
         module = meta.relative_to(root).as_posix().removesuffix(".meta")
+        # mutmut 3.8 leaves durations_by_key at 0; its estimate is the summed duration of
+        # the tests each mutant runs, from the stats pass.
+        took = record.get("durations_by_key", {})
         est = record.get("estimated_durations_by_key", {})
         for name, code in codes.items():
-            key = module if only is None else _group(name, only)
+            key = _group(name, module, only)
             if key is None:
                 continue
             c = groups.setdefault(key, Counter())
             c["total"] += 1
-            seconds_by[key] = seconds_by.get(key, 0.0) + float(est.get(name) or 0.0)
+            seconds = took.get(name) or est.get(name) or 0.0
+            seconds_by[key] = seconds_by.get(key, 0.0) + float(seconds)
             if code in KILLED:
                 c["killed"] += 1
             elif code == SURVIVED and name in eq:
