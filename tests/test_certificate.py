@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from tiny_models import tiny_tokenizer
@@ -606,13 +608,10 @@ def test_a_record_written_before_the_split_reads_with_the_old_meanings():
 
 
 def test_next_choices_rule_out_one_chosen_block_at_a_time():
-    from types import SimpleNamespace
-
     from swapprune.select.reference import next_choices
 
     cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
-    spec = SimpleNamespace(num_layers=8, budget=2, constraints=cons,
-                           strategy=get_strategy("ranked"))  # fmt: skip
+    spec = _spec(cons)
     # importance: lower is more removable; blocks 4 and 2 are chosen, 4 the least removable
     imp = [None, 5.0, 1.0, 6.0, 2.0, 3.0, 4.0, None]
     plan = SimpleNamespace(removed=[2, 4], scores={"importance": imp})
@@ -624,16 +623,12 @@ def test_next_choices_rule_out_one_chosen_block_at_a_time():
 
 
 def _spec(cons, strategy="ranked", budget=2, **kw):
-    from types import SimpleNamespace
-
     strat = get_strategy(strategy) if isinstance(strategy, str) else strategy
     return SimpleNamespace(num_layers=cons.num_layers, budget=budget, constraints=cons,
                            strategy=strat, **kw)  # fmt: skip
 
 
 def test_next_choices_follow_the_tiebreak():
-    from types import SimpleNamespace
-
     from swapprune.select.reference import next_choices
 
     cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
@@ -646,8 +641,6 @@ def test_next_choices_follow_the_tiebreak():
 
 
 def test_next_choices_rank_for_a_strategy_that_queries_the_model_and_skip_a_failed_choice():
-    from types import SimpleNamespace
-
     from swapprune.select.reference import next_choices
 
     cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
@@ -672,8 +665,6 @@ def test_next_choices_rank_for_a_strategy_that_queries_the_model_and_skip_a_fail
 
 
 def test_next_choices_leave_out_the_kept_set_and_sets_with_unmeasured_blocks():
-    from types import SimpleNamespace
-
     from swapprune.select.reference import next_choices
 
     cons = Constraints(num_layers=5, protect_first=1, protect_last=1)
@@ -682,8 +673,6 @@ def test_next_choices_leave_out_the_kept_set_and_sets_with_unmeasured_blocks():
 
 
 def test_next_choices_keep_the_serving_constraint_on_the_banned_importance():
-    from types import SimpleNamespace
-
     from test_serve_select import gemma3
 
     from swapprune.select.constraints import resolve
@@ -716,8 +705,6 @@ def test_next_choices_keep_the_serving_constraint_on_the_banned_importance():
 
 
 def test_plausible_sets_come_from_the_bootstrap_or_the_next_choices(monkeypatch):
-    from types import SimpleNamespace
-
     from swapprune.select import reference
     from swapprune.select.certificate import plausible_sets
 
@@ -756,8 +743,6 @@ def test_plausible_sets_come_from_the_bootstrap_or_the_next_choices(monkeypatch)
 
 
 def test_eligible_sets_are_those_in_phase_under_serve():
-    from types import SimpleNamespace
-
     from swapprune.select.reference import eligible
 
     serve = SimpleNamespace(in_phase=lambda s: True)
@@ -766,8 +751,6 @@ def test_eligible_sets_are_those_in_phase_under_serve():
 
 
 def test_the_independent_sets_by_source(monkeypatch):
-    from types import SimpleNamespace
-
     from swapprune.select import reference
 
     seen = []
@@ -833,8 +816,6 @@ class _FakeOracle:
 
 
 def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
-    from types import SimpleNamespace
-
     from swapprune.select import reference
 
     H, L = 8, 65  # 64 scored tokens per window
