@@ -23,13 +23,18 @@ sys.path.insert(0, str(HERE))
 
 from analysis import (  # noqa: E402
     N_BOOT,
-    contrast,
     coverage,
     holm_primary,
     percentile_rank,
     regret_against_best,
 )
-from report import load_contracts, load_cuts, screening_costs, study_v3_regret  # noqa: E402
+from report import (  # noqa: E402
+    contrasts,
+    load_contracts,
+    load_cuts,
+    screening_costs,
+    study_v3_regret,
+)
 
 RESULTS = HERE / "results"
 
@@ -101,49 +106,17 @@ def main() -> int:
         sets = [tuple(r["set"]) for r in rows if r["criterion"] == crit]
         out["regret"][crit] = regret_against_best(ext, sets, best, N_BOOT, 0)
     out["contrasts"] = contrasts(con, rows)
+    prim = out["contrasts"].get("extended", {})
+    if {"H1", "H2"} <= set(prim):  # Holm over the primary family, on the extended contract
+        holm_primary([prim["H1"], prim["H2"]])
+    for tests in out["contrasts"].values():
+        for t in tests.values():
+            t.pop("verdict", None)
     out["study_v3"] = study_v3_regret(con, {"best": {"cost_ext": best_cost}})
     (RESULTS / "contracts-n3.json").write_text(json.dumps(out, indent=1, default=list) + "\n")
     (RESULTS / "contracts-n3.md").write_text(markdown(out))
     print(markdown(out))
     return 0
-
-
-def contrasts(con: dict, rows: list[dict]) -> dict:
-    """H1 (interchange vs replacement) and H2 (auto vs the better of BI and SLEB by mean
-    cost) over the seeds both criteria ran, on each contract, as PLAN.md defines them;
-    Holm over {H1, H2} on the extended contract."""
-    by = {(r["criterion"], r["seed"]): tuple(r["set"]) for r in rows}
-
-    def paired(a: str, b: str):
-        seeds = sorted(x for (c, x) in by if c == a and (b, x) in by)
-        return [by[(a, x)] for x in seeds], [by[(b, x)] for x in seeds], seeds
-
-    out: dict = {}
-    for name, c in con.items():
-        tests = {}
-        i_sets, r_sets, seeds = paired("interchange", "replacement")
-        if seeds:
-            tests["H1"] = contrast(c, "interchange", i_sets, "replacement", r_sets, N_BOOT, 0)
-            tests["H1"]["seeds"] = seeds
-        mean = {}
-        for b in ("bi", "sleb"):
-            sets = [s for (k, _x), s in by.items() if k == b]
-            if sets:
-                mean[b] = sum(c.cost(s) for s in sets) / len(sets)
-        if mean:
-            baseline = min(mean, key=lambda b: mean[b])
-            a_sets, b_sets, seeds = paired("auto", baseline)
-            if seeds:
-                tests["H2"] = contrast(c, "auto", a_sets, baseline, b_sets, N_BOOT, 0)
-                tests["H2"] |= {"seeds": seeds, "baseline_by_mean_cost": mean}
-        out[name] = tests
-    prim = out.get("extended", {})
-    if {"H1", "H2"} <= set(prim):
-        holm_primary([prim["H1"], prim["H2"]])
-    for tests in out.values():
-        for t in tests.values():
-            t.pop("verdict", None)
-    return out
 
 
 def markdown(out: dict) -> str:

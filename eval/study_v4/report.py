@@ -140,6 +140,38 @@ def study_v3_regret(con: dict[str, Contract], entry: dict | None) -> dict:
     return out
 
 
+def contrasts(con: dict[str, Contract], rows: list[dict], n_boot: int = N_BOOT) -> dict:
+    """H1 (interchange vs replacement) and H2 (``auto`` vs the better of BI and SLEB by mean
+    cost) on each contract, over the seeds both criteria of a contrast ran (a partial run),
+    as PLAN.md defines them; the verdicts are left in, for Holm over the primary family."""
+    by = {(r["criterion"], r["seed"]): tuple(r["set"]) for r in rows}
+
+    def paired(a: str, b: str):
+        seeds = sorted(x for (c, x) in by if c == a and (b, x) in by)
+        return [by[(a, x)] for x in seeds], [by[(b, x)] for x in seeds], seeds
+
+    out: dict = {}
+    for name, c in con.items():
+        tests = {}
+        i_sets, r_sets, seeds = paired("interchange", "replacement")
+        if seeds:
+            tests["H1"] = contrast(c, "interchange", i_sets, "replacement", r_sets, n_boot, 0)
+            tests["H1"]["seeds"] = seeds
+        mean = {}
+        for b in ("bi", "sleb"):
+            sets = [s for (k, _x), s in by.items() if k == b]
+            if sets:
+                mean[b] = float(np.mean([c.cost(s) for s in sets]))
+        if mean:
+            baseline = min(mean, key=lambda b: mean[b])
+            a_sets, b_sets, seeds = paired("auto", baseline)
+            if seeds:
+                tests["H2"] = contrast(c, "auto", a_sets, baseline, b_sets, n_boot, 0)
+                tests["H2"] |= {"seeds": seeds, "baseline_by_mean_cost": mean}
+        out[name] = tests
+    return out
+
+
 def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
     con = load_contracts(results)
     cuts = load_cuts(results)
@@ -186,27 +218,7 @@ def analyse(results: Path, n_boot: int = N_BOOT) -> dict:
         }
         for crit in sorted({r["criterion"] for r in rows}):
             entry["regret"][crit] = regret_against_best(ext, sets_of(crit), best, n_boot, 0)
-        have = {r["criterion"] for r in rows}
-
-        def paired(a: str, b: str, rows=rows) -> tuple[list, list]:
-            """The two criteria's sets over the seeds where both ran (a partial run)."""
-            by = {(r["criterion"], r["seed"]): tuple(r["set"]) for r in rows}
-            common = sorted(x for (c, x) in by if c == a and (b, x) in by)
-            return [by[(a, x)] for x in common], [by[(b, x)] for x in common]
-
-        for cname, c in con.items():
-            tests = {}
-            if {"interchange", "replacement"} <= have:
-                i_sets, r_sets = paired("interchange", "replacement")
-                tests["H1"] = contrast(c, "interchange", i_sets, "replacement", r_sets, n_boot, 0)
-            base = [b for b in ("bi", "sleb") if b in have]
-            if "auto" in have and base:
-                mean = {b: np.mean([c.cost(s) for s in sets_of(b)]) for b in base}
-                baseline = min(mean, key=lambda b: mean[b])
-                a_sets, b_sets = paired("auto", baseline)
-                tests["H2"] = contrast(c, "auto", a_sets, baseline, b_sets, n_boot, 0)
-                tests["H2"]["baseline_by_mean_cost"] = {b: float(v) for b, v in mean.items()}
-            entry["contrasts"][cname] = tests
+        entry["contrasts"] = contrasts(con, rows, n_boot)
         out["budgets"][n] = entry
     # the primary family: H1 and H2 at n = 3 on the extended contract
     if 3 in out["budgets"]:
