@@ -213,15 +213,13 @@ def test_errno_is_read_from_messages_without_one():
 
 
 def test_the_file_size_limit_as_this_process_has_it(monkeypatch):
-    import resource as res
-
-    monkeypatch.setattr(res, "getrlimit", lambda which: (20_480_000, res.RLIM_INFINITY))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (20_480_000, resource.RLIM_INFINITY))
     assert writers.file_size_limit() == 20_480_000
     asked = []
     monkeypatch.setattr(
-        res, "getrlimit", lambda which: asked.append(which) or (res.RLIM_INFINITY,) * 2
+        resource, "getrlimit", lambda which: asked.append(which) or (resource.RLIM_INFINITY,) * 2
     )
-    assert writers.file_size_limit() is None and asked == [res.RLIMIT_FSIZE]
+    assert writers.file_size_limit() is None and asked == [resource.RLIMIT_FSIZE]
 
 
 def test_a_refusal_inside_staging_is_said_with_its_final_place(tmp_path):
