@@ -814,6 +814,9 @@ class _FakeOracle:
         self.asked.append(tuple(removed))
         return self.base + self.per_token.get(tuple(removed), 0.0)
 
+    def window_costs_many(self, sets, metric):
+        return [self.window_costs(s, metric) for s in sets]
+
 
 def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
     from swapprune.select import reference

@@ -188,3 +188,26 @@ def _cal():
     from swapprune.calibration.windows import Calibration
 
     return Calibration(input_ids=IDS, source="test", seed=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "gpt2"])
+def test_sets_walked_together_equal_each_set_alone_bitwise_with_fewer_blocks(family):
+    """window_costs_many walks the sets as one trie: the same numbers as one call per set,
+    bitwise, for both metrics, and fewer decoder-block calls when the sets share a prefix."""
+    model = tiny_model(family)
+    sets = [(1, 3), (1, 4), (1, 3, 5), (2,), (), (1, 4)]  # shared prefixes, a repeat, the base
+    alone = CalibrationOracle(model, IDS, batch_size=4)
+    together = CalibrationOracle(model, IDS, batch_size=4)
+    for metric in ("ppl", "kl"):
+        want = [alone.window_costs(s, metric) for s in sets]
+        got = together.window_costs_many(sets, metric)
+        assert all(np.array_equal(w, g) for w, g in zip(want, got)), metric
+    assert together.calls == alone.calls == 2 * len(sets)
+    assert together.computed == alone.computed == 2 * 5  # the repeat is answered from memory
+    assert together.compute()["block_evals"] < alone.compute()["block_evals"]
+    # answered sets cost nothing again, and a mix of old and new computes only the new
+    before = together.compute()["block_evals"]
+    assert np.array_equal(
+        together.window_costs_many([(1, 3)])[0], want_ppl := alone.window_costs((1, 3))
+    )
+    assert together.compute()["block_evals"] == before and want_ppl.shape == (IDS.shape[0],)

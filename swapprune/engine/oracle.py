@@ -231,21 +231,54 @@ class CalibrationOracle:
             self._shared.computed += 1
         return np.array(self._shared.answers[key], copy=True)
 
+    def window_costs_many(
+        self, sets: Sequence[Sequence[int]], metric: str | None = None
+    ) -> list[np.ndarray]:
+        """:meth:`window_costs` of every set, those not yet answered walked together.
+
+        The kept plans go through :meth:`~swapprune.engine.runner.PlanRunner.run_plans`
+        as one trie, so sets that share their first removed blocks run the blocks
+        between once; each set's numbers are bitwise those of its own
+        :meth:`window_costs` call (the same blocks on the same tensors). Counts as one
+        oracle call per set.
+        """
+        metric = metric or self.metric
+        plans = [self.kept(s) for s in sets]
+        self.calls += len(plans)
+        self._shared.asked += len(plans)
+        answers = self._shared.answers
+        todo = list(dict.fromkeys(p for p in plans if ("windows", metric, p) not in answers))
+        if todo:
+            for plan, values in zip(todo, self._window_costs_walk(todo, metric)):
+                answers[("windows", metric, plan)] = values
+            self._shared.computed += len(todo)
+        return [np.array(answers[("windows", metric, p)], copy=True) for p in plans]
+
     @torch.no_grad()
     def _window_costs(self, plan: tuple[int, ...], metric: str) -> np.ndarray:
         out = []
         for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
             final = self.runner.final_hidden(plan, cache)[:, :-1]
-            B, T = final.shape[:2]
-            if metric == "ppl":
-                out.append(self._nll(final, tgt).reshape(B, T).double().mean(-1))
-            else:
-                logits = self.runner.stack.head(final).float()
-                V = logits.shape[-1]
-                base = self._base(i)
-                kl = kl_rows(base.reshape(-1, V), logits.reshape(-1, V)).reshape(B, T)
-                out.append(kl.double().mean(-1).cpu())
+            out.append(self._window_piece(final, tgt, metric, i))
         return torch.cat(out).numpy()
+
+    @torch.no_grad()
+    def _window_costs_walk(self, plans: list[tuple[int, ...]], metric: str) -> list[np.ndarray]:
+        parts: list[list[torch.Tensor]] = [[] for _ in plans]
+        for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
+            for k, final in self.runner.run_plans(plans, cache):
+                parts[k].append(self._window_piece(final[:, :-1], tgt, metric, i))
+        return [torch.cat(p).numpy() for p in parts]
+
+    def _window_piece(self, final: torch.Tensor, tgt: torch.Tensor, metric: str, i: int):
+        """``[B]`` mean NLL or KL per window of one batch's final states ``[B, T, H]``."""
+        B, T = final.shape[:2]
+        if metric == "ppl":
+            return self._nll(final, tgt).reshape(B, T).double().mean(-1)
+        logits = self.runner.stack.head(final).float()
+        V = logits.shape[-1]
+        kl = kl_rows(self._base(i).reshape(-1, V), logits.reshape(-1, V)).reshape(B, T)
+        return kl.double().mean(-1).cpu()
 
     @torch.no_grad()
     def similarity_windows(

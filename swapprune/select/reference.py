@@ -7,10 +7,11 @@ that cannot be resampled from kept values, the strategy's next choices), and set
 that do not come from the criterion: Block Influence's set (one forward pass over
 the calibration windows), the other protocol's choice when both were probed,
 ``auto``'s beam set, the exact landscape's top sets when a landscape is given, and
-the kept set's +-1 neighbours, screened on two of the choosing windows and the
-best :data:`NEIGHBOURS` carried to all of them. Each set's per-window NLL on the
-held-out windows is measured once and remembered, and the plan comes out with its
-certificate.
+the kept set's +-1 neighbours, screened on two of the choosing windows (in
+bfloat16 where that is fast) and the best :data:`NEIGHBOURS` carried to all of them
+in float32. Each set's per-window NLL on the held-out windows is measured once and
+remembered, the sets of one call walked together (shared prefixes run once), and the
+plan comes out with its certificate.
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ class Heldout:
             self._oracles[which] = CalibrationOracle(model, ids, batch_size, "ppl")
         return self._oracles[which]
 
+    def screen(self, model, sets: Sequence[Removal], batch_size: int) -> list[np.ndarray]:
+        """Summed NLL per screening window of each set, for ranking only: a float32 model
+        runs its products in bfloat16 where that is fast
+        (:func:`~swapprune.engine.screening.ranking_precision`)."""
+        from swapprune.engine.screening import ranking_precision  # imports torch
+
+        with ranking_precision(model):
+            return window_nlls(self.oracle(model, "screen", batch_size), sets)
+
     def spend(self, which: str, compute: dict) -> None:
         """Record work done for the reference outside these windows (BI's forward pass)."""
         have = self._spent.setdefault(which, {"block_evals": 0, "block_tokens": 0})
@@ -102,8 +112,14 @@ class Heldout:
 
 def window_nll(oracle, removed: Sequence[int]) -> np.ndarray:
     """Summed next-token NLL per window ``[H]`` of the model without ``removed``."""
+    return window_nlls(oracle, [removed])[0]
+
+
+def window_nlls(oracle, sets: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """:func:`window_nll` of every set, the sets walked together (shared prefixes run once)."""
     tokens = oracle.input_ids.shape[1] - 1
-    return oracle.window_costs(sorted(removed), "ppl") * tokens
+    costs = oracle.window_costs_many([sorted(s) for s in sets], "ppl")
+    return [c * tokens for c in costs]
 
 
 def next_choices(spec: SelectionSpec, plan: PrunePlan, count: int) -> list[tuple[int, ...]]:
@@ -268,7 +284,7 @@ def reference_certificate(
         if s not in sources and ok(s) and len(s) == len(s0):
             sources[s] = src
     oracle = heldout.oracle(model, "certify", spec.batch_size)
-    nll = {s: window_nll(oracle, s) for s in sources}
+    nll = dict(zip(sources, window_nlls(oracle, list(sources))))
     tokens = np.full(oracle.input_ids.shape[0], oracle.input_ids.shape[1] - 1, dtype=float)
     base = window_nll(oracle, [])
 
@@ -293,11 +309,12 @@ def reference_certificate(
     if near:
         moved = [s for s in shifted_sets(cert.kept, spec.constraints, ok) if s not in sources]
         if moved:
-            screen = heldout.oracle(model, "screen", spec.batch_size)
-            ranked = sorted(moved, key=lambda s: (float(window_nll(screen, s).sum()), s))
-            for s in ranked[:NEIGHBOURS]:
+            screened = dict(zip(moved, heldout.screen(model, moved, spec.batch_size)))
+            ranked = sorted(moved, key=lambda s: (float(screened[s].sum()), s))
+            carried = ranked[:NEIGHBOURS]
+            for s, v in zip(carried, window_nlls(oracle, carried)):
                 sources[s] = "neighbour"
-                nll[s] = window_nll(oracle, s)
+                nll[s] = v
             cert = measure()
     return cert
 
