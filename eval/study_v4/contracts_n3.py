@@ -27,6 +27,7 @@ from analysis import (  # noqa: E402
     holm_primary,
     percentile_rank,
     regret_against_best,
+    screening_agreement,
 )
 from report import (  # noqa: E402
     contrasts,
@@ -87,10 +88,18 @@ def main() -> int:
                     "rank_among_measured": ranked.index(s) + 1}  # fmt: skip
         out["picks"][c] = row
     if calib is not None:
+        cbest = tuple(sorted(calib["result"]["refined"][0]["set"]))
         out["calibration_landscape"] = {
-            "refined_best": calib["result"]["refined"][0]["set"],
+            "refined_best": list(cbest),
             "compute": calib.get("compute", {}),
         }
+        if cbest in ext.nll:  # what a user's landscape calls best, on the contracts
+            r = regret_against_best(ext, [cbest], best, N_BOOT, 0)
+            out["calibration_landscape"] |= {
+                "extended": ext.cost(cbest), "matched": mat.cost(cbest),
+                "regret": ext.cost(cbest) - best_cost, "regret_ci": r["ci"],
+            }  # fmt: skip
+        out["screenings_agree"] = screening_agreement(screened["calib"], screened["eval"], top=20)
     cuts = [
         c for c in load_cuts(RESULTS) if c["budget"] == 3 and tuple(sorted(c["set"])) in ext.nll
     ]
@@ -158,6 +167,19 @@ def markdown(out: dict) -> str:
         else:
             cost = "not measured | | | "
         lines.append(f"| {c} | {p['set']} | {pct(p, 'calib')} | {pct(p, 'eval')} | {cost} |")
+    if "screenings_agree" in out:
+        a, c = out["screenings_agree"], out["calibration_landscape"]
+        lines += ["", "## The two screenings", "",
+                  f"Every one of the {a['sets']:,} sets screened on the calibration text (seed 0's "
+                  "part) and on the evaluation text (the extended contract's articles), 8 windows "
+                  f"x 64 tokens each: Spearman {a['spearman']:.3f}; {a['top_overlap']} of the top "
+                  f"{a['top']} in common; best {a['best_a']} against {a['best_b']}."]  # fmt: skip
+        if "extended" in c:
+            lo, hi = c["regret_ci"]
+            lines += ["", f"The calibration-text landscape's refined best {c['refined_best']} "
+                      f"costs {c['extended']:+.1f} points on the extended contract (matched "
+                      f"{c['matched']:+.1f}): regret {c['regret']:+.1f} [{lo:+.1f}, {hi:+.1f}] "
+                      "against the best measured."]  # fmt: skip
     lines += ["", "## Seeds' cuts (calibration text parts, certificate on)", "",
               "| seed | criterion | set | certified | delta | true regret | extended | matched |",
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
