@@ -42,7 +42,7 @@ COMMANDS = {
 
 EPILOG = """examples:
   swapprune --budget 8 --protocol interchange             # the main job on the demo model
-  swapprune --budget 8 --protocol interchange --quick     # a first look: 3-4.5 min on 2 busy cores
+  swapprune --budget 8 --protocol interchange --quick     # a first look: 1.5 min alone on 2 cores, 3-4.5 beside other jobs
   swapprune score --model smollm2-135m --output scores.json
   swapprune --scores scores.json --budget 4 --protocol replacement --output r4/
   swapprune compare --budgets 1,3,5 --criteria interchange,replacement,bi --output cmp/
