@@ -199,6 +199,20 @@ def test_taylor_by_hand():
     assert all(p.requires_grad for p in model.parameters())  # flags restored as they were
 
 
+def test_taylor_leaves_the_models_gradients_as_they_were():
+    """Only the blocks' parameters get gradients, into the criterion's own accumulator: the
+    model's .grad fields (set or not) are as before, and no other parameter gets one."""
+    model = tiny_model("llama")
+    first = next(model.model.layers[0].parameters())
+    mark = torch.full_like(first, 7.0)
+    first.grad = mark
+    criteria.get("taylor").importance(
+        criteria.Context(num_layers=6, oracle=CalibrationOracle(model, IDS, batch_size=4))
+    )
+    assert first.grad is mark and bool((mark == 7.0).all())
+    assert all(p.grad is None for p in model.parameters() if p is not first)
+
+
 def test_sleb_oneshot_and_sleb_kl_by_hand():
     model = tiny_model("llama")
     plan, _ = plan_pruning(

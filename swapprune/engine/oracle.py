@@ -376,7 +376,9 @@ def taylor_importance(
     The gradient is that of the full calibration loss (accumulated over
     batches) before the absolute value is taken. Gradients are computed for the
     blocks' parameters only; their ``requires_grad`` flags are restored after.
-    Memory: one gradient buffer the size of the blocks.
+    Memory: one float32 accumulator the size of the blocks. Each parameter's gradient
+    of a batch is added to it as soon as autograd has it and is then dropped, so a
+    batch's gradients never all exist at once beside the accumulator.
 
     Returns:
         ``[L]`` float64.
@@ -389,8 +391,19 @@ def taylor_importance(
     grads = [torch.zeros_like(p, dtype=torch.float32) for p in flat]
     total_tokens = input_ids.shape[0] * (input_ids.shape[1] - 1)
     device = runner._input_device()
+    held = [p.grad for p in flat]  # the caller's gradients, put back after
+
+    def accumulate(k: int):
+        def hook(param: torch.Tensor) -> None:
+            grads[k] += param.grad.float()
+            param.grad = None
+
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(accumulate(k)) for k, p in enumerate(flat)]
     try:
         for p in flat:
+            p.grad = None
             p.requires_grad_(True)
         for s in range(0, input_ids.shape[0], batch_size):
             ids = input_ids[s : s + batch_size].to(device)
@@ -400,13 +413,16 @@ def taylor_importance(
                 ids[:, 1:].reshape(-1).to(logits.device),
                 reduction="sum",
             )
-            g = torch.autograd.grad(nll / total_tokens, flat, allow_unused=True)
-            for acc, gi in zip(grads, g):
-                if gi is not None:
-                    acc += gi.float()
+            # only the blocks' parameters receive gradients (``inputs``), each one into
+            # the accumulator by its hook
+            torch.autograd.backward(nll / total_tokens, inputs=flat)
+            del logits, nll
     finally:
-        for p, f in zip(flat, flags):
+        for h in handles:
+            h.remove()
+        for p, f, g in zip(flat, flags, held):
             p.requires_grad_(f)
+            p.grad = g
     out = np.zeros(len(blocks))
     k = 0
     for b, ps in enumerate(params):
