@@ -395,8 +395,9 @@ def taylor_importance(
 
     def accumulate(k: int):
         def hook(param: torch.Tensor) -> None:
-            grads[k] += param.grad.float()
-            param.grad = None
+            if param.grad is not None:  # it is: the hook runs after accumulation
+                grads[k] += param.grad.float()
+                param.grad = None
 
         return hook
 
