@@ -14,15 +14,16 @@ IDS = tiny_ids(6, 24, seed=3)
 
 
 def counting(monkeypatch):
-    """Count the forward passes over the windows the oracles make (one per batch)."""
+    """Count the forward passes over the windows the oracles make (one per batch: a walk of
+    the plans asked, for a cost or for per-window costs)."""
     seen = []
-    real = oracle_mod.PlanRunner.final_hidden
+    real = oracle_mod.PlanRunner.run_plans
 
-    def final_hidden(self, plan, cache):
-        seen.append(tuple(plan))
-        return real(self, plan, cache)
+    def run_plans(self, plans, cache):
+        seen.append(tuple(tuple(p) for p in plans))
+        return real(self, plans, cache)
 
-    monkeypatch.setattr(oracle_mod.PlanRunner, "final_hidden", final_hidden)
+    monkeypatch.setattr(oracle_mod.PlanRunner, "run_plans", run_plans)
     return seen
 
 

@@ -221,15 +221,7 @@ class CalibrationOracle:
         ``exp`` of the token-weighted mean of the ``ppl`` values is :meth:`cost`
         (windows have equal length). Counts as one oracle call.
         """
-        self.calls += 1
-        self._shared.asked += 1
-        metric = metric or self.metric
-        plan = self.kept(removed)
-        key = ("windows", metric, plan)
-        if key not in self._shared.answers:
-            self._shared.answers[key] = self._window_costs(plan, metric)
-            self._shared.computed += 1
-        return np.array(self._shared.answers[key], copy=True)
+        return self.window_costs_many([removed], metric)[0]
 
     def window_costs_many(
         self, sets: Sequence[Sequence[int]], metric: str | None = None
@@ -238,9 +230,8 @@ class CalibrationOracle:
 
         The kept plans go through :meth:`~swapprune.engine.runner.PlanRunner.run_plans`
         as one trie, so sets that share their first removed blocks run the blocks
-        between once; each set's numbers are bitwise those of its own
-        :meth:`window_costs` call (the same blocks on the same tensors). Counts as one
-        oracle call per set.
+        between once; a set's numbers do not depend on the others walked with it (the same
+        blocks on the same tensors). Counts as one oracle call per set.
         """
         metric = metric or self.metric
         plans = [self.kept(s) for s in sets]
@@ -253,14 +244,6 @@ class CalibrationOracle:
                 answers[("windows", metric, plan)] = values
             self._shared.computed += len(todo)
         return [np.array(answers[("windows", metric, p)], copy=True) for p in plans]
-
-    @torch.no_grad()
-    def _window_costs(self, plan: tuple[int, ...], metric: str) -> np.ndarray:
-        out = []
-        for i, (cache, tgt) in enumerate(zip(self.caches, self.targets)):
-            final = self.runner.final_hidden(plan, cache)[:, :-1]
-            out.append(self._window_piece(final, tgt, metric, i))
-        return torch.cat(out).numpy()
 
     @torch.no_grad()
     def _window_costs_walk(self, plans: list[tuple[int, ...]], metric: str) -> list[np.ndarray]:
