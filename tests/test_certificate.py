@@ -850,9 +850,13 @@ def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
     assert (3, 6) in moved and (3, 4) in moved
     nll |= {s: (base + per_token[s]) * tokens for s in [(3, 6), (3, 4)]}
     sources = {(1, 4): "bi", (3, 6): "neighbour", (3, 4): "neighbour"}
+    # (4, 5) is screened (0.3 nats above the best screened neighbour) but not carried
+    assert got.screened[0]["screen_cost_points"] == pytest.approx(100 * np.expm1(0.3), rel=1e-12)
+    out = [{"set": [4, 5], "source": "neighbour",
+            "screen_cost_points": got.screened[0]["screen_cost_points"]}]  # fmt: skip
     want = certify((3, 5), nll, base * tokens, tokens, sources=sources, n_boot=200, seed=3,
                    mass_outside=1 - 9 / 10, plausible_from="bootstrap",
-                   scope="the calibration text (x)")  # fmt: skip
+                   scope="the calibration text (x)", screened=out, screen_windows=2)  # fmt: skip
     assert got == want
     assert [r["source"] for r in got.sets] == [
         "chosen",
@@ -865,7 +869,7 @@ def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
     assert (1, 2, 3) not in certify_o.asked and (6, 7) not in certify_o.asked
     # without the neighbours
     held2 = reference.Heldout(certify=None, scope="the calibration text (x)")
-    held2._oracles = {"certify": _FakeOracle(H, L, per_token, base)}
+    held2._oracles = {"certify": _FakeOracle(H, L, per_token, base), "screen": screen_o}
     plain = reference.reference_certificate(None, spec, held2, [3, 5], [(3, 5), (2, 5)],
                                             independents, near=False)  # fmt: skip
     assert [r["set"] for r in plain.sets] == [[3, 5], [2, 5], [1, 4]]
@@ -879,9 +883,11 @@ def test_the_reference_certificate_is_certify_over_the_sources_it_gathers():
                                            plausible_from="neighbours", quantile=0.99)  # fmt: skip
     assert (set3.delta, set3.plausible_from, set3.quantile) == (7.5, "neighbours", 0.99)
     assert set3.kept == [3, 5] and [3, 6] not in [r["set"] for r in set3.sets]
-    assert [r["set"] for r in set3.sets if r["source"] == "neighbour"] == [[3, 4], [2, 5]]
+    # (3, 4) is within CARRY_NATS of the best screened set ((1, 4), 0 nats), (2, 5) is not
+    assert [r["set"] for r in set3.sets if r["source"] == "neighbour"] == [[3, 4]]
+    assert [r["set"] for r in set3.screened] == [[2, 5], [4, 5]]
     held4 = reference.Heldout(certify=None, scope="")
-    held4._oracles = {"certify": _FakeOracle(H, L, per_token, base)}
+    held4._oracles = {"certify": _FakeOracle(H, L, per_token, base), "screen": screen_o}
     anything = reference.reference_certificate(None, spec, held4, [3, 5], [(3, 5)], independents,
                                                switch_to="reference", near=False)  # fmt: skip
     assert anything.switch_among == "reference"
@@ -949,3 +955,58 @@ def test_too_few_windows_to_split_is_said_in_words():
     assert str(e.value) == (
         f"the certificate needs at least {MIN_WINDOWS} held-out windows, got {MIN_WINDOWS - 1}"
     )
+
+
+def test_carried_keeps_the_sets_near_the_best_and_near_the_best_own_set():
+    from swapprune.select.reference import CARRY_NATS, carried
+
+    screened = {(1, 2): 0.50, (2, 3): 0.55, (3, 4): 0.65, (4, 5): 1.40, (5, 6): 1.45, (6, 7): 2.0}
+    assert carried(screened) == {(1, 2), (2, 3)}
+    # (4, 5) and (5, 6) are the criterion's own: the best of them and those near it go on
+    assert carried(screened, own={(4, 5), (5, 6), (6, 7)}) == {(1, 2), (2, 3), (4, 5), (5, 6)}
+    assert carried(screened, margin=0.2) == {(1, 2), (2, 3), (3, 4)}
+    assert carried({(1, 2): 1.0, (2, 3): 1.0 + CARRY_NATS}) == {(1, 2), (2, 3)}  # inclusive
+    assert carried({}) == set()
+
+
+def test_the_screen_leaves_the_certificate_as_the_full_measurement_gives_it():
+    """Sets far above the best are screened out: the certificate (kept set, regret, delta,
+    the switch's intervals) is the one measuring every set gives, for less work."""
+    from swapprune.select import reference
+
+    H, L = 8, 65
+    rng = np.random.default_rng(5)
+    base = 3.0 + rng.normal(0, 0.2, H)
+    extra = {(3, 5): 0.30, (2, 5): 0.29, (2, 6): 0.9, (1, 6): 1.1, (1, 4): 0.20, (4, 6): 0.8}
+    per_token = {s: v + rng.normal(0, 0.01, H) for s, v in extra.items()}
+    per_token[()] = np.zeros(H)
+    screen = {s: float(np.mean(per_token[s][:2])) for s in extra} | {(): 0.0}
+    cons = Constraints(num_layers=8, protect_first=1, protect_last=1)
+    spec = SimpleNamespace(constraints=cons, serve=None, batch_size=4, certify_delta=None,
+                           n_boot=300, seed=2)  # fmt: skip
+    own = [(3, 5), (2, 5), (2, 6), (1, 6)]
+    counts = {(3, 5): 5, (2, 5): 3, (2, 6): 1, (1, 6): 1}
+    for switch_to in ("own", "reference"):
+        held = reference.Heldout(certify=None, scope="x")
+        certify_o = _FakeOracle(H, L, per_token, base)
+        held._oracles = {"certify": certify_o, "screen": _FakeOracle(2, L, screen, base[:2])}
+        got = reference.reference_certificate(None, spec, held, [3, 5], own,
+                                              {(1, 4): "bi", (4, 6): "other protocol"},
+                                              counts=counts, switch_to=switch_to,
+                                              near=False)  # fmt: skip
+        # (2, 6), (1, 6) and (4, 6) are >= 0.5 nats above the best: never measured in full
+        gone = {(2, 6), (1, 6), (4, 6)}
+        assert {tuple(r["set"]) for r in got.screened} == gone
+        assert not gone & set(certify_o.asked)
+        tokens = np.full(H, L - 1, dtype=float)
+        nll = {s: (base + per_token[s]) * tokens for s in extra}
+        srcs = {(1, 4): "bi", (4, 6): "other protocol"}
+        full = certify((3, 5), nll, base * tokens, tokens, sources=srcs, switch_to=switch_to,
+                       n_boot=300, seed=2, mass_outside=0.0, scope="x")  # fmt: skip
+        assert (got.kept, got.switched, got.r95, got.r_stop, got.delta, got.certified,
+                got.best, got.mass_outside, got.p_within) == (
+            full.kept, full.switched, full.r95, full.r_stop, full.delta, full.certified,
+            full.best, full.mass_outside, full.p_within)  # fmt: skip
+        rows = {tuple(r["set"]): r for r in full.sets}
+        assert got.sets == [rows[tuple(r["set"])] for r in got.sets]
+        assert "3 more screened out on 2 windows" in got.summary()

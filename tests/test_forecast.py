@@ -48,7 +48,9 @@ def test_prune_with_tranches(model_dir, tmp_path, capsys):
     )
     lines = _said(capsys)
     assert "in tranches of 4 windows" in lines[0] and "certified on 8 held-out windows" in lines[0]
-    assert any("certificate at most" in line for line in lines)
+    # the chosen set and the typical carried sets, then the screen's others at most
+    assert any(", certificate " in line and "reference at most" in line for line in lines)
+    assert any("the screen's further sets" in line and "at most" in line for line in lines)
     metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
     assert metrics["estimate"]["prune"]["block_evals"] > 0
 

@@ -40,7 +40,7 @@ from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_wind
 from swapprune.pipeline.checks import check_model, heldout_tokens
 from swapprune.select.auto import default_cap
 from swapprune.select.criteria import SWAP
-from swapprune.select.reference import NEIGHBOURS, SCREEN_WINDOWS
+from swapprune.select.reference import CARRIED_TYPICAL, NEIGHBOURS, SCREEN_WINDOWS
 
 if TYPE_CHECKING:
     from swapprune.config import RunConfig
@@ -188,11 +188,16 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
     if spec.certify:
         if not tranches:
             what += f"; certified on {h} held-out windows x {t} tokens"
-        # the plausible sets, the unpruned model, BI's set, the other protocol's, the neighbours
-        sets = spec.certify_sets + 2 + (len(spec.probes) > 1) + NEIGHBOURS
-        parts.append(Part("certificate", set_work(L, n, sets, h, t, bs), bound=True))
-        # BI's pass over the calibration windows, the neighbours screened on two windows
-        screen = set_work(L, n, 2 * n, SCREEN_WINDOWS, t, bs)
+        # the plausible sets, BI's set, the other protocol's, the neighbours: all screened;
+        # the chosen set, the unpruned model and CARRIED_TYPICAL others go on to every window
+        others = spec.certify_sets + (len(spec.probes) > 1) + NEIGHBOURS
+        sets = 2 + min(CARRIED_TYPICAL, others)
+        parts.append(Part("certificate", set_work(L, n, sets, h, t, bs)))
+        if others > CARRIED_TYPICAL:
+            more = set_work(L, n, others - CARRIED_TYPICAL, h, t, bs)
+            later.append(Part("the screen's further sets", more, bound=True))
+        # BI's pass over the calibration windows, every set screened on two windows
+        screen = set_work(L, n, 2 * n + spec.certify_sets + 2, SCREEN_WINDOWS, t, bs)
         bi = pass_work(L, c.prompts, c.tokens, bs, head=False)
         parts.append(Part("reference", bi + screen, bound=True))
     if spec.policy == "auto":

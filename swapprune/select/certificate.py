@@ -180,6 +180,8 @@ class Certificate:
         futile: an independent alternative beats the kept set by more than ``delta`` even
             at the regret's 5th percentile: more calibration windows refine the criterion's
             own choice, not that gap (the adaptive loop stops on it).
+        screened: the sets screened out before the full measurement (set, source, cost in
+            points on the ``screen_windows`` screening windows); not in ``sets``.
     """
 
     chosen: list[int]
@@ -207,6 +209,8 @@ class Certificate:
     best: dict | None = None
     scope: str = ""
     futile: bool = False
+    screened: list[dict] = field(default_factory=list)
+    screen_windows: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -245,6 +249,8 @@ class Certificate:
             where += f" of {self.scope}"
         n = len(self.sets)
         compared = f"{n} cut{'s' if n != 1 else ''} compared ({self.composition()})"
+        if self.screened:
+            compared += f", {len(self.screened)} more screened out on {self.screen_windows} windows"
         switch = (
             f"; the criterion chose {self.chosen}, {self.kept} was cheaper by {self.gain:.2f} "
             f"points on {self.choose_windows} other windows and was kept"
@@ -296,6 +302,12 @@ class Certificate:
             "dPPL points (95% bootstrap quantile of the regret), against a tolerance of "
             f"{self.delta:.2f} points."
         )
+        if self.screened:
+            k = len(self.screened)
+            text += (
+                f" {k} more cut{'s were' if k != 1 else ' was'} screened out on "
+                f"{self.screen_windows} of those windows, too far above the cheapest to matter."
+            )
         if self.switched:
             on = (
                 f"{self.choose_windows} other held-out windows"
@@ -340,6 +352,8 @@ class Certificate:
             "switch_among": self.switch_among,
             "best_alternative": self.best,
             "futile": self.futile,
+            "screened_out": self.screened,
+            "screen_windows": self.screen_windows,
             "heldout": {
                 "windows": self.windows,
                 "tokens": self.tokens,
@@ -359,7 +373,7 @@ class Certificate:
             "chosen", "kept", "switched", "gain_points", "sets", "r95_points", "stop_quantile",
             "r_stop_points", "p_within_delta", "delta_points", "certified", "reasons",
             "mass_outside", "mass_gate", "plausible_from", "switch_among", "best_alternative",
-            "heldout", "bootstrap", "summary", "futile",
+            "heldout", "bootstrap", "summary", "futile", "screened_out", "screen_windows",
         }  # fmt: skip
         held, boot = d.get("heldout") or {}, d.get("bootstrap") or {}
         return cls(
@@ -388,6 +402,8 @@ class Certificate:
             best=d.get("best_alternative"),
             scope=held.get("scope", ""),
             futile=d.get("futile", False),
+            screened=list(d.get("screened_out", [])),
+            screen_windows=d.get("screen_windows", 0),
             extra={k: v for k, v in d.items() if k not in known},
         )
 
@@ -411,6 +427,9 @@ def certify(
     n_boot: int = N_BOOT,
     seed: int = 0,
     scope: str = "",
+    screened: Sequence[dict] = (),
+    screened_challengers: int = 0,
+    screen_windows: int = 0,
 ) -> Certificate:
     """The certificate of ``chosen`` against the reference ``nll`` holds.
 
@@ -434,6 +453,9 @@ def certify(
         plausible_from: how ``A`` was built, recorded.
         n_boot, seed: the paired bootstraps (the measuring part uses ``seed + 1``).
         scope: what text the held-out windows came from, in words.
+        screened, screen_windows: the sets screened out before the measurement, recorded.
+        screened_challengers: how many of them the switch would have tested: they count in
+            its Bonferroni level, which stays what it would be without the screen.
     """
     if switch_to not in ("own", "reference"):
         raise ValueError(f"switch_to must be 'own' or 'reference', got {switch_to!r}")
@@ -460,7 +482,7 @@ def certify(
     for s in keys:
         point_c[s], boot_c[s] = cost_samples(at_c(s), base[ci], tokens[ci], idx_c)
     challengers = [s for s in keys[1:] if switch_to == "reference" or src[s] in OWN]
-    level = alpha / max(1, len(challengers))
+    level = alpha / max(1, len(challengers) + screened_challengers)
     winners, ci_of = [], {}
     for s in challengers:
         diff = 100 * (boot_c[s0] - boot_c[s])
@@ -533,6 +555,8 @@ def certify(
         best=best,
         scope=scope,
         futile=futile,
+        screened=[dict(r) for r in screened],
+        screen_windows=screen_windows,
     )
 
 

@@ -7,16 +7,22 @@ that cannot be resampled from kept values, the strategy's next choices), and set
 that do not come from the criterion: Block Influence's set (one forward pass over
 the calibration windows), the other protocol's choice when both were probed,
 ``auto``'s beam set, the exact landscape's top sets when a landscape is given, and
-the kept set's +-1 neighbours, screened on two of the choosing windows (in
-bfloat16 where that is fast) and the best :data:`NEIGHBOURS` carried to all of them
-in float32. Each set's per-window NLL on the held-out windows is measured once and
-remembered, the sets of one call walked together (shared prefixes run once), and the
-plan comes out with its certificate.
+the kept set's +-1 neighbours.
+
+Every set but the criterion's choice is first **screened** on two of the choosing
+windows (in bfloat16 where that is fast), and only the sets that can still matter are
+carried to every held-out window in the model's precision (successive halving,
+:func:`carried`): those within :data:`CARRY_NATS` of the best screened set, and, of
+the criterion's own sets (the only ones a protocol-guided run may switch to), those
+within it of the best own set; of the neighbours, at most :data:`NEIGHBOURS`. The sets
+screened out are recorded with their screening cost. Each set's per-window NLL is
+measured once and remembered, the sets of one call walked together (shared prefixes
+run once), and the plan comes out with its certificate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +33,7 @@ from swapprune.records import AdaptiveRecord, CertificateSkipped
 from swapprune.select import core
 from swapprune.select import criteria as criteria_mod
 from swapprune.select.certificate import (
+    OWN,
     Certificate,
     Removal,
     certify,
@@ -44,8 +51,14 @@ from swapprune.stats import LEVEL
 
 #: Held-out windows the +-1 neighbours are screened on (the first choosing windows).
 SCREEN_WINDOWS = 2
-#: Neighbours carried from the screening to every held-out window.
+#: Neighbours carried from the screening to every held-out window, at most.
 NEIGHBOURS = 2
+#: A screened set is carried to every held-out window when its screened NLL is within this
+#: many nats per token of the best screened set (a perplexity within about 10.5%).
+CARRY_NATS = 0.1
+#: Sets besides the chosen one the screen carries in a typical run, for the estimate printed
+#: before it (SmolLM2-135M at budget 8: 2 in the demo, 3 at the defaults).
+CARRIED_TYPICAL = 3
 
 
 @dataclass
@@ -88,6 +101,14 @@ class Heldout:
 
         with ranking_precision(model):
             return window_nlls(self.oracle(model, "screen", batch_size), sets)
+
+    def screen_costs(self, model, sets: Sequence[Removal], batch_size: int) -> dict:
+        """Mean next-token NLL per token of each set on the screening windows (ranking only),
+        the unpruned model's under ``()``."""
+        keys = list(dict.fromkeys([(), *(tuple(sorted(s)) for s in sets)]))
+        values = self.screen(model, keys, batch_size)
+        per = self.oracle(model, "screen", batch_size).input_ids.shape[1] - 1
+        return {s: float(v.sum()) / (len(v) * per) for s, v in zip(keys, values)}
 
     def spend(self, which: str, compute: dict) -> None:
         """Record work done for the reference outside these windows (BI's forward pass)."""
@@ -249,6 +270,36 @@ def independent_sets(
     return out
 
 
+def carried(
+    screened: Mapping[Removal, float],
+    own: Collection[Removal] = (),
+    margin: float = CARRY_NATS,
+) -> set[Removal]:
+    """The screened sets that go on to every held-out window (pure).
+
+    ``screened``: set -> screened NLL per token (the criterion's choice among them). A set
+    is carried when it is within ``margin`` of the best screened set, or, for a set of
+    ``own`` (those a protocol-guided run may switch to), within ``margin`` of the best of
+    ``own``. A set further off than that cannot be the cheapest of ``R``, nor beat the
+    criterion's choice, unless two windows misjudge it by more than ``margin``.
+    """
+    out: set[Removal] = set()
+    if not screened:
+        return out
+    best = min(screened.values())
+    mine = [v for s, v in screened.items() if s in own]
+    best_own = min(mine) if mine else np.inf
+    for s, v in screened.items():
+        if v <= best + margin or (s in own and v <= best_own + margin):
+            out.add(s)
+    return out
+
+
+def _points(screened: Mapping[Removal, float], s: Removal) -> float:
+    """A screened set's cost in dPPL points on the screening windows."""
+    return 100 * float(np.expm1(screened[s] - screened[()]))
+
+
 def reference_certificate(
     model,
     spec: SelectionSpec,
@@ -265,14 +316,18 @@ def reference_certificate(
 ) -> Certificate:
     """The certificate of ``chosen`` against ``R = own + independents + neighbours``.
 
+    Every set but ``chosen`` is screened on the first :data:`SCREEN_WINDOWS` choosing
+    windows; those :func:`carried` are measured on every held-out window, the rest are
+    recorded as screened out (their bootstrap mass counts as measured: their cost is
+    known to be far above the best). ``chosen`` is always measured.
+
     Args:
         own: the criterion's plausible sets ``A`` (``chosen`` first).
         independents: further sets by source (:func:`independent_sets`, ``auto``'s beam).
         counts: the selection's bootstrap counts: the mass outside every set measured.
         switch_to: ``own`` (a protocol-guided run) or ``reference`` (``auto``).
-        near: add the kept set's +-1 neighbours: each screened on the first
-            :data:`SCREEN_WINDOWS` choosing windows, the best :data:`NEIGHBOURS` measured
-            on all (the adaptive loop's looks leave them out).
+        near: add the kept set's +-1 neighbours, at most :data:`NEIGHBOURS` of those the
+            screen carries (the adaptive loop's looks leave them out).
     """
     ok = eligible(spec) or (lambda _s: True)
     s0 = tuple(sorted(chosen))
@@ -284,9 +339,24 @@ def reference_certificate(
         if s not in sources and ok(s) and len(s) == len(s0):
             sources[s] = src
     oracle = heldout.oracle(model, "certify", spec.batch_size)
+    bs = spec.batch_size
+    # (an infinite margin carries every set: nothing to screen)
+    screen = len(sources) > 1 and np.isfinite(CARRY_NATS)
+    screened = heldout.screen_costs(model, list(sources), bs) if screen else {}
+    mine = {s for s, src in sources.items() if src in OWN} if switch_to == "own" else set()
+    pool = {s: screened[s] for s in sources} if screen else {}
+    keep = carried(pool, mine, CARRY_NATS) if screen else set(sources)
+    out = {s: src for s, src in sources.items() if s not in keep and s != s0}
+    for s in out:
+        del sources[s]
     nll = dict(zip(sources, window_nlls(oracle, list(sources))))
     tokens = np.full(oracle.input_ids.shape[0], oracle.input_ids.shape[1] - 1, dtype=float)
     base = window_nll(oracle, [])
+    rows = [{"set": list(s), "source": src, "screen_cost_points": _points(screened, s)}
+            for s, src in out.items()]  # fmt: skip
+    # the screened-out sets that would have been challengers still count in the switch's
+    # Bonferroni level: the switch tests as many sets as it would have without the screen
+    dropped = sum(1 for src in out.values() if switch_to == "reference" or src in OWN)
 
     def measure() -> Certificate:
         return certify(
@@ -297,24 +367,36 @@ def reference_certificate(
             sources=sources,
             switch_to=switch_to,
             delta=spec.certify_delta,
-            mass_outside=mass_outside(counts, list(sources)),
+            mass_outside=mass_outside(counts, [*sources, *out]),
             plausible_from=plausible_from,
             n_boot=spec.n_boot,
             seed=spec.seed,
             scope=heldout.scope,
             quantile=LEVEL if quantile is None else quantile,
+            screened=rows,
+            screened_challengers=dropped,
+            screen_windows=SCREEN_WINDOWS if screened else 0,
         )
 
     cert = measure()
     if near:
-        moved = [s for s in shifted_sets(cert.kept, spec.constraints, ok) if s not in sources]
+        moved = [
+            s
+            for s in shifted_sets(cert.kept, spec.constraints, ok)
+            if s not in sources and s not in out
+        ]
         if moved:
-            screened = dict(zip(moved, heldout.screen(model, moved, spec.batch_size)))
-            ranked = sorted(moved, key=lambda s: (float(screened[s].sum()), s))
-            carried = ranked[:NEIGHBOURS]
-            for s, v in zip(carried, window_nlls(oracle, carried)):
+            screened = heldout.screen_costs(model, [*sources, *out, *moved], bs)
+            pool = {s: screened[s] for s in [*sources, *out, *moved]}  # not the unpruned ()
+            keep = carried(pool, (), CARRY_NATS)
+            ranked = sorted(moved, key=lambda s: (screened[s], s))
+            chosen_ones = [s for s in ranked if s in keep][:NEIGHBOURS]
+            for s, v in zip(chosen_ones, window_nlls(oracle, chosen_ones)):
                 sources[s] = "neighbour"
                 nll[s] = v
+            rows += [{"set": list(s), "source": "neighbour",
+                      "screen_cost_points": _points(screened, s)}
+                     for s in ranked if s not in chosen_ones]  # fmt: skip
             cert = measure()
     return cert
 
