@@ -29,11 +29,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from swapprune.errors import SwappruneError
-from swapprune.evaluation import contract
+from swapprune.evaluation import base_cache, contract
 from swapprune.evaluation.generative import generative_cost
 from swapprune.evaluation.pairing import compare
-from swapprune.evaluation.perplexity import run_wikitext2_ppl, sliding_windows
+from swapprune.evaluation.perplexity import (
+    TEST_TEXT,
+    first_words,
+    run_wikitext2_ppl,
+    sliding_windows,
+    tokenize,
+)
 from swapprune.evaluation.quiet import quiet_lm_eval
 from swapprune.evaluation.results import EvalResult
 from swapprune.evaluation.suite import _offline
@@ -85,6 +93,7 @@ class Cost:
     comparison: dict | None = None  # the Verdict record behind ``verdict``
     generative: dict | None = None  # GenerativeCost.to_dict(), when measured
     generative_summary: str | None = None
+    base_cached: dict | None = None  # which base-side measurements came from the cache
 
     def summary(self) -> str:
         """The run summary's lines: the perplexity cost, then the generation's agreement."""
@@ -128,6 +137,7 @@ class Cost:
             "threshold": self.threshold,
             "warning": self.warning,
             "seconds": self.seconds,
+            "base_cached": self.base_cached,
             **({"unpatched": self.unpatched} if self.unpatched else {}),
         }
 
@@ -175,6 +185,10 @@ def pruning_cost(
         generative: also measure greedy-continuation agreement with ``model``.
         reference: :func:`~swapprune.evaluation.generative.reference_continuations` of
             ``model`` to reuse (computed here when needed and not given).
+
+    The base model's perplexity and reference continuations are read from
+    :mod:`~swapprune.evaluation.base_cache` when an earlier run measured them with the
+    same model and setting (``base_cached`` in the record says which).
     """
     if (plan is None) == (pruned is None):
         raise SwappruneError("pruning_cost needs a removal plan or the pruned model (one of them)")
@@ -205,7 +219,16 @@ def pruning_cost(
             )
         return EvalResult(tasks={TASK: res}, config={})
 
-    base = ppl(model)
+    source = TEST_TEXT.read_text(encoding="utf-8") if text is None else text
+    ids = tokenize(tokenizer, first_words(source, words))
+    setting = {"words": words, "max_length": max_length, "windows": windows,
+               "batch_size": batch_size, "n_boot": n_boot, "ids": _ids_digest(ids)}  # fmt: skip
+    base, ppl_hit = base_cache.base_side(
+        model, "ppl", setting, lambda: ppl(model),
+        dump=lambda r: {"json": np.array(r.to_json())},
+        load=lambda a: EvalResult.from_json(str(a["json"])),
+    )  # fmt: skip
+    cached = {"perplexity": ppl_hit}
     if kept is not None:
         with pruned_view(model, kept) as view:
             after = ppl(view)
@@ -231,6 +254,8 @@ def pruning_cost(
         threshold=threshold,
     )
     if generative:
+        if reference is None:
+            reference, cached["generation"] = _reference(model, tokenizer, batch_size)
         gen = generative_cost(
             model,
             tokenizer,
@@ -241,6 +266,7 @@ def pruning_cost(
             n_boot=n_boot,
         )
         cost.generative, cost.generative_summary = gen.to_dict(), gen.summary()
+    cost.base_cached = cached
     cost.seconds = time.perf_counter() - start
     if dppl > threshold:
         budget = getattr(plan, "budget", None) if plan is not None else None
@@ -251,6 +277,38 @@ def pruning_cost(
             f"try {next_step(budget, protocol)}"
         )
     return cost
+
+
+def _ids_digest(ids) -> str:
+    return base_cache.text_digest(" ".join(map(str, ids)))
+
+
+def _reference(model, tokenizer, batch_size: int):
+    """The base model's reference continuations, from the cache when it has them."""
+    from swapprune.evaluation import generative as g
+
+    prompts = g.prompt_ids(tokenizer, g.prompt_texts(g.N_PROMPTS), g.PROMPT_TOKENS)
+    setting = {"prompts": _ids_digest(prompts.reshape(-1).tolist()),
+               "new_tokens": g.NEW_TOKENS, "batch_size": batch_size}  # fmt: skip
+
+    def load(a):
+        import torch  # imports torch
+
+        device = next(model.parameters()).device
+        return g.Reference(
+            torch.from_numpy(a["sequence"]).to(device), torch.from_numpy(a["choices"]),
+            int(a["prompt_tokens"]), int(a["new_tokens"]), float(a["seconds"]),
+        )  # fmt: skip
+
+    def dump(r):
+        return {"sequence": r.sequence.cpu().numpy(), "choices": r.choices.cpu().numpy(),
+                "prompt_tokens": np.array(r.prompt_tokens), "new_tokens": np.array(r.new_tokens),
+                "seconds": np.array(r.seconds)}  # fmt: skip
+
+    return base_cache.base_side(
+        model, "generation", setting,
+        lambda: g.reference_continuations(model, tokenizer, batch_size=batch_size), dump, load,
+    )  # fmt: skip
 
 
 def _num_blocks(model) -> int:
