@@ -83,7 +83,7 @@ def key(model, what: str, setting: dict[str, Any]) -> str | None:
     """The cache key of ``what`` measured on ``model`` with ``setting`` (``None``: not cached)."""
     import torch  # imports torch
 
-    from swapprune.model.fingerprint import _config_digest
+    from swapprune.model.fingerprint import _config_digest  # imports torch
 
     digest = state_digest(model)
     if digest is None:
@@ -130,7 +130,8 @@ def base_side(
         pass
     value = compute()
     buf = io.BytesIO()
-    np.savez(buf, key=np.array(k), **dump(value))
+    arrays: dict[str, Any] = {"key": np.array(k), **dump(value)}
+    np.savez(buf, **arrays)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(path, buf.getvalue())

@@ -33,6 +33,7 @@ import numpy as np
 
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import base_cache, contract
+from swapprune.evaluation import generative as g
 from swapprune.evaluation.generative import generative_cost
 from swapprune.evaluation.pairing import compare
 from swapprune.evaluation.perplexity import (
@@ -285,8 +286,6 @@ def _ids_digest(ids) -> str:
 
 def _reference(model, tokenizer, batch_size: int):
     """The base model's reference continuations, from the cache when it has them."""
-    from swapprune.evaluation import generative as g
-
     prompts = g.prompt_ids(tokenizer, g.prompt_texts(g.N_PROMPTS), g.PROMPT_TOKENS)
     setting = {"prompts": _ids_digest(prompts.reshape(-1).tolist()),
                "new_tokens": g.NEW_TOKENS, "batch_size": batch_size}  # fmt: skip

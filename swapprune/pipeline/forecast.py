@@ -194,8 +194,8 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         sets = 2 + min(CARRIED_TYPICAL, others)
         parts.append(Part("certificate", set_work(L, n, sets, h, t, bs)))
         if others > CARRIED_TYPICAL:
-            more = set_work(L, n, others - CARRIED_TYPICAL, h, t, bs)
-            later.append(Part("the screen's further sets", more, bound=True))
+            further = set_work(L, n, others - CARRIED_TYPICAL, h, t, bs)
+            later.append(Part("the screen's further sets", further, bound=True))
         # BI's pass over the calibration windows, every set screened on two windows
         screen = set_work(L, n, 2 * n + spec.certify_sets + 2, SCREEN_WINDOWS, t, bs)
         bi = pass_work(L, c.prompts, c.tokens, bs, head=False)
