@@ -7,7 +7,7 @@ import torch
 from tiny_models import tiny_model, tiny_tokenizer
 
 from swapprune.evaluation import base_cache
-from swapprune.evaluation.cost import pruning_cost
+from swapprune.evaluation.cost import base_side_cached, pruning_cost
 from swapprune.plan import PrunePlan
 
 KW = dict(words=200, max_length=64, windows=6, n_boot=300)
@@ -33,8 +33,11 @@ def test_a_second_cost_reads_the_base_side_and_gives_the_same_record(cache):
     tok = tiny_tokenizer()
     model = tiny_model("llama")
     plan = PrunePlan.from_removal(6, [1, 4], budget=2)
+    assert not base_side_cached(model, tok, **KW)
     first = pruning_cost(model, tok, plan, **KW)
     assert first.base_cached == {"perplexity": False, "generation": False}
+    assert base_side_cached(model, tok, **KW)  # what the estimate before a run asks
+    assert not base_side_cached(model, tok, **{**KW, "windows": 4})
     assert len(list(cache.glob("*.npz"))) == 2
     again = pruning_cost(model, tok, PrunePlan.from_removal(6, [1, 4], budget=2), **KW)
     assert again.base_cached == {"perplexity": True, "generation": True}

@@ -11,7 +11,7 @@ from tiny_models import save_tiny, tiny_model
 
 from swapprune.cli import main
 from swapprune.config import CalibrationConfig, CostConfig, RunConfig, SelectConfig
-from swapprune.engine.estimate import Rates, Work, probe_work, set_work
+from swapprune.engine.estimate import Rates, Work, pass_work, probe_work, set_work
 from swapprune.engine.probing import score
 from swapprune.model.facts import ModelFacts
 from swapprune.pipeline import forecast as fc
@@ -49,7 +49,7 @@ def test_prune_with_tranches(model_dir, tmp_path, capsys):
     lines = _said(capsys)
     assert "in tranches of 4 windows" in lines[0] and "certified on 8 held-out windows" in lines[0]
     # the chosen set and the typical carried sets, then the screen's others at most
-    assert any(", certificate " in line and "reference at most" in line for line in lines)
+    assert any(", certificate " in line and "screen at most" in line for line in lines)
     assert any("the screen's further sets" in line and "at most" in line for line in lines)
     metrics = json.loads((tmp_path / "p" / "metrics.json").read_text())
     assert metrics["estimate"]["prune"]["block_evals"] > 0
@@ -209,3 +209,31 @@ def test_first_look_is_one_tranche_of_the_pool():
 def test_work_adds_up():
     a, b = Work(1, 2, 3), Work(10, 20, 30)
     assert a + b == Work(11, 22, 33) and b - a == Work(9, 18, 27) and a.times(3) == Work(3, 6, 9)
+
+
+def test_the_screen_is_priced_at_the_ranking_rate():
+    plain, fast = Rates(0.037 / 512, 1e-3, (8, 64), 1), Rates(0.037 / 512, 1e-3, (8, 64), 1, 0.25)
+    plan = _forecast(64, 128)
+    screen = next(p for p in plan.parts if p.what == "screen")
+    assert screen.ranking and screen.bound
+    others = [p for p in plan.parts if p is not screen]
+    assert fast.seconds(screen.work, True) == pytest.approx(0.25 * plain.seconds(screen.work))
+    assert all(fast.seconds(p.work, p.ranking) == plain.seconds(p.work) for p in others)
+    fc.timed(plan, fast, cpu=True)
+    assert "(in bfloat16 for the screens: 0.25x)" in plan.lines("1 torch thread")[-1]
+    assert fc.record(plan)["ranking_factor"] == 0.25
+
+
+def test_the_cost_check_counts_generation_and_drops_the_base_side_when_cached():
+    facts = ModelFacts("llama", 30, 8192, 576)
+    cfg = RunConfig(prune=SelectConfig(budget=8), cost=CostConfig())
+    cold = fc.cost_check_part(cfg, facts, 8)
+    warm = fc.cost_check_part(cfg, facts, 8, base_cached=True)
+    assert cold.what == "cost check on 8 contract windows and generation"
+    assert warm.what.endswith("and generation (the base model's side cached)")
+    # the base's contract windows: 30 blocks x 8 x 512; its continuations and choices:
+    # 2 x 30 blocks x 32 prompts x 80 tokens
+    assert cold.work.block_tokens - warm.work.block_tokens == 30 * 8 * 512 + 2 * 30 * 32 * 80
+    off = RunConfig(prune=SelectConfig(budget=8), cost=CostConfig(generative=False))
+    plain = pass_work(22, 8, 512, 8) + pass_work(30, 8, 512, 8)
+    assert fc.cost_check_part(off, facts, 8).work == plain

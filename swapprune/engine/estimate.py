@@ -157,15 +157,20 @@ class Rates:
         head_row_s: the final norm, LM head and the KL (float64) over one position.
         shape: ``(windows, tokens)`` of the timed batch.
         threads: torch threads during the timing.
+        ranking: the time of a ranking-only pass (bfloat16 products where they are fast,
+            :func:`~swapprune.engine.screening.ranking_precision`) over the plain one's.
     """
 
     block_token_s: float
     head_row_s: float
     shape: tuple[int, int]
     threads: int
+    ranking: float = 1.0
 
-    def seconds(self, work: Work) -> float:
-        return work.block_tokens * self.block_token_s + work.head_rows * self.head_row_s
+    def seconds(self, work: Work, ranking: bool = False) -> float:
+        """Seconds of ``work``; ``ranking``: run as a ranking-only pass."""
+        s = work.block_tokens * self.block_token_s + work.head_rows * self.head_row_s
+        return s * (self.ranking if ranking else 1.0)
 
     def block_ms(self) -> float:
         """One block on the timed batch, in milliseconds."""
@@ -181,6 +186,7 @@ def measure_rates(model, input_ids, batch_size: int) -> Rates:
     import torch  # imports torch
 
     from swapprune.engine.probes import kl_rows  # imports torch, numpy
+    from swapprune.engine.screening import ranking_precision  # imports torch
     from swapprune.model.stack import decoder_stack  # imports torch
 
     stack = decoder_stack(model)
@@ -198,7 +204,15 @@ def measure_rates(model, input_ids, batch_size: int) -> Rates:
         logits = stack.head(hidden).reshape(b * t, -1)
         kl_rows(logits, logits)
         head_s = time.perf_counter() - start
-    return Rates(blocks_s / (L * b * t), head_s / (b * t), (b, t), torch.get_num_threads())
+        ranking = 1.0
+        ctx = ranking_precision(model)
+        if isinstance(ctx, torch.autocast):  # the screens run faster: time them too
+            with ctx:
+                model(input_ids=batch[:1, :8], use_cache=False)
+                start = time.perf_counter()
+                model(input_ids=batch, use_cache=False, logits_to_keep=1)
+                ranking = min(1.0, (time.perf_counter() - start) / blocks_s)
+    return Rates(blocks_s / (L * b * t), head_s / (b * t), (b, t), torch.get_num_threads(), ranking)
 
 
 def duration(seconds: float) -> str:

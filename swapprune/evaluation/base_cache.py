@@ -105,6 +105,22 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _path(what: str, k: str) -> Path:
+    return cache_dir() / f"{what}-{k[:32]}.npz"
+
+
+def has(model, what: str, setting: dict[str, Any]) -> bool:
+    """Whether the cache holds a readable entry of ``what`` for ``model`` and ``setting``."""
+    k = key(model, what, setting) if enabled() else None
+    if k is None:
+        return False
+    try:
+        with np.load(_path(what, k), allow_pickle=False) as z:
+            return str(z["key"]) == k
+    except Exception:  # missing, truncated or foreign
+        return False
+
+
 def base_side(
     model,
     what: str,
@@ -121,7 +137,7 @@ def base_side(
     k = key(model, what, setting) if enabled() else None
     if k is None:
         return compute(), False
-    path = cache_dir() / f"{what}-{k[:32]}.npz"
+    path = _path(what, k)
     try:
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) == k:

@@ -220,10 +220,7 @@ def pruning_cost(
             )
         return EvalResult(tasks={TASK: res}, config={})
 
-    source = TEST_TEXT.read_text(encoding="utf-8") if text is None else text
-    ids = tokenize(tokenizer, first_words(source, words))
-    setting = {"words": words, "max_length": max_length, "windows": windows,
-               "batch_size": batch_size, "n_boot": n_boot, "ids": _ids_digest(ids)}  # fmt: skip
+    setting = _ppl_setting(tokenizer, text, words, max_length, windows, batch_size, n_boot)
     base, ppl_hit = base_cache.base_side(
         model, "ppl", setting, lambda: ppl(model),
         dump=lambda r: {"json": np.array(r.to_json())},
@@ -284,11 +281,42 @@ def _ids_digest(ids) -> str:
     return base_cache.text_digest(" ".join(map(str, ids)))
 
 
+def _ppl_setting(tokenizer, text, words, max_length, windows, batch_size, n_boot) -> dict:
+    source = TEST_TEXT.read_text(encoding="utf-8") if text is None else text
+    ids = tokenize(tokenizer, first_words(source, words))
+    return {"words": words, "max_length": max_length, "windows": windows,
+            "batch_size": batch_size, "n_boot": n_boot, "ids": _ids_digest(ids)}  # fmt: skip
+
+
+def _generation_setting(tokenizer, batch_size: int) -> dict:
+    prompts = g.prompt_ids(tokenizer, g.prompt_texts(g.N_PROMPTS), g.PROMPT_TOKENS)
+    return {"prompts": _ids_digest(prompts.reshape(-1).tolist()),
+            "new_tokens": g.NEW_TOKENS, "batch_size": batch_size}  # fmt: skip
+
+
+def base_side_cached(
+    model,
+    tokenizer,
+    windows: int | None = QUICK_WINDOWS,
+    generative: bool = True,
+    batch_size: int = 8,
+    n_boot: int = bootstrap.N_BOOT,
+    words: int = contract.WORDS,
+    max_length: int = contract.MAX_LENGTH,
+) -> bool:
+    """Whether :func:`pruning_cost` with these settings would read the whole base side from
+    the cache (for the estimate printed before a run)."""
+    ppl = _ppl_setting(tokenizer, None, words, max_length, windows, batch_size, n_boot)
+    if not base_cache.has(model, "ppl", ppl):
+        return False
+    return not generative or base_cache.has(
+        model, "generation", _generation_setting(tokenizer, batch_size)
+    )
+
+
 def _reference(model, tokenizer, batch_size: int):
     """The base model's reference continuations, from the cache when it has them."""
-    prompts = g.prompt_ids(tokenizer, g.prompt_texts(g.N_PROMPTS), g.PROMPT_TOKENS)
-    setting = {"prompts": _ids_digest(prompts.reshape(-1).tolist()),
-               "new_tokens": g.NEW_TOKENS, "batch_size": batch_size}  # fmt: skip
+    setting = _generation_setting(tokenizer, batch_size)
 
     def load(a):
         import torch  # imports torch

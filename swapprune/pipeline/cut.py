@@ -83,7 +83,8 @@ def cut(
             heldout = steps.stage("held-out windows", stages.heldout, config, loaded, calibration)
         if steps.announces:
             given = scores is not None
-            forecast = fc.selection(config, loaded.facts, spec, given)
+            cached = stages.cost_base_cached(config, loaded)
+            forecast = fc.selection(config, loaded.facts, spec, given, base_cached=cached)
             quick = fc.quick_selection(config, loaded.facts, given)
             batch = config.calibration.batch_size
             steps.forecast("prune", forecast, quick, loaded.model, calibration, batch)

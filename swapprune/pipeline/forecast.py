@@ -35,6 +35,7 @@ from swapprune.engine.estimate import (
 from swapprune.engine.orders import parse_pairs
 from swapprune.errors import SwappruneError
 from swapprune.evaluation import contract
+from swapprune.evaluation.generative import N_PROMPTS, NEW_TOKENS, PROMPT_TOKENS
 from swapprune.evaluation.names import WIKITEXT2_PPL
 from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_windows, tokenize
 from swapprune.pipeline.checks import check_model, heldout_tokens
@@ -58,6 +59,7 @@ class Part:
     what: str
     work: Work
     bound: bool = False
+    ranking: bool = False  # a ranking-only pass (bfloat16 where fast)
 
 
 @dataclass
@@ -92,7 +94,8 @@ class Forecast:
 
     def seconds(self, parts: list[Part] | None = None) -> float:
         assert self.rates is not None
-        return sum(self.rates.seconds(p.work) for p in (self.parts if parts is None else parts))
+        r = self.rates
+        return sum(r.seconds(p.work, p.ranking) for p in (self.parts if parts is None else parts))
 
     def most_seconds(self) -> float:
         """The time if everything it may do is done (every look, ``auto``'s beam)."""
@@ -105,7 +108,8 @@ class Forecast:
         for k, p in enumerate(self.parts):
             n = f"{'at most ' if p.bound else ''}{p.work.block_evals}"
             n += " block evaluations" if k == 0 else ""
-            pieces.append(f"{p.what} {n}" + (f" (~{duration(r.seconds(p.work))})" if r else ""))
+            took = f" (~{duration(r.seconds(p.work, p.ranking))})" if r else ""
+            pieces.append(f"{p.what} {n}{took}")
         out = [f"[estimate] {self.headline}"]
         if r is None:
             out.append(f"[estimate] {', '.join(pieces)}")
@@ -113,13 +117,16 @@ class Forecast:
             first = " if the first look is enough" if self.later else ""
             out.append(f"[estimate] ~{duration(self.seconds())}{first}: {', '.join(pieces)}")
             if self.later:
-                later = ", ".join(f"{p.what} ~{duration(r.seconds(p.work))}" for p in self.later)
+                later = ", ".join(
+                    f"{p.what} ~{duration(r.seconds(p.work, p.ranking))}" for p in self.later
+                )
                 most = duration(self.most_seconds())
                 out.append(f"[estimate] if needed after that: {later}; at most ~{most} in all")
             out.append(
                 f"[estimate] measured here: {r.block_ms():.0f} ms per block on {r.shape[0]} x "
-                f"{r.shape[1]} tokens at {threads or f'{r.threads} torch threads'}; loading, "
-                "saving and the self-check not counted"
+                f"{r.shape[1]} tokens at {threads or f'{r.threads} torch threads'}"
+                + (f" (in bfloat16 for the screens: {r.ranking:.2f}x)" if r.ranking < 1 else "")
+                + "; loading, saving and the self-check not counted"
             )
         out += [f"[estimate] not counted: {n}" for n in self.notes]
         if self.quick is not None and self.quick.rates is not None:
@@ -141,9 +148,11 @@ def _pairs(num_layers: int) -> list[tuple[int, int]]:
     return [(i, i + 1) for i in range(num_layers - 1)]
 
 
-def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
+def selection(
+    cfg: RunConfig, facts, spec, scores_given: bool, base_cached: bool = False
+) -> Forecast:
     """The selection of ``cfg.prune`` (probes or tranches, tie-break, certificate), then the
-    patch fit and the cost check."""
+    patch fit and the cost check (``base_cached``: its base side read from the cache)."""
     p, c = cfg.prune, cfg.calibration
     assert p is not None
     L, n, bs = facts.num_layers, spec.budget, c.batch_size
@@ -196,10 +205,10 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         if others > CARRIED_TYPICAL:
             further = set_work(L, n, others - CARRIED_TYPICAL, h, t, bs)
             later.append(Part("the screen's further sets", further, bound=True))
-        # BI's pass over the calibration windows, every set screened on two windows
+        # BI's pass over the calibration windows; every set screened on two windows
         screen = set_work(L, n, 2 * n + spec.certify_sets + 2, SCREEN_WINDOWS, t, bs)
-        bi = pass_work(L, c.prompts, c.tokens, bs, head=False)
-        parts.append(Part("reference", bi + screen, bound=True))
+        parts.append(Part("reference", pass_work(L, c.prompts, c.tokens, bs, head=False)))
+        parts.append(Part("screen", screen, bound=True, ranking=True))
     if spec.policy == "auto":
         cap = min(default_cap(n, spec.constraints), spec.max_oracle_calls)
         later.append(
@@ -212,14 +221,18 @@ def selection(cfg: RunConfig, facts, spec, scores_given: bool) -> Forecast:
         parts.append(Part("patch fit", fit + pass_work(L - n, p.patch_prompts, tp, bs, head=False)))
         what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
     if cfg.cost is not None:
-        part = cost_check_part(cfg, facts, n)
+        part = cost_check_part(cfg, facts, n, base_cached=base_cached)
         parts.append(part)
         what += f"; then the {part.what}"
     return Forecast(what, parts, later, notes, windows=f"{c.prompts} x {c.tokens} windows")
 
 
-def cost_check_part(cfg: RunConfig, facts, budget: int, windows: int | None = None) -> Part:
-    """Base and pruned perplexity on the first windows of the matched contract."""
+def cost_check_part(
+    cfg: RunConfig, facts, budget: int, windows: int | None = None, base_cached: bool = False
+) -> Part:
+    """Base and pruned perplexity on the first windows of the matched contract, and the
+    greedy-continuation agreement; ``base_cached``: the base model's side is read from
+    :mod:`~swapprune.evaluation.base_cache`, only the cut's is measured."""
     assert cfg.cost is not None
     w = windows or cfg.cost.windows or 25  # 0: the whole contract, ~25 windows of SmolLM2's
     t = (
@@ -229,8 +242,20 @@ def cost_check_part(cfg: RunConfig, facts, budget: int, windows: int | None = No
     )
     L = facts.num_layers
     runs = 3 if cfg.prune is not None and cfg.prune.patch != "none" else 2
-    work = pass_work(L, w, t, 8) + pass_work(L - budget, w, t, 8).times(runs - 1)
-    return Part(f"cost check on {w} contract windows", work)
+    work = pass_work(L - budget, w, t, 8).times(runs - 1)
+    if not base_cached:
+        work += pass_work(L, w, t, 8)
+    what = f"cost check on {w} contract windows"
+    if cfg.cost.generative:
+        n, seq = N_PROMPTS, PROMPT_TOKENS + NEW_TOKENS
+        heads = Work(0, 0, n * NEW_TOKENS)
+        work += pass_work(L - budget, n, seq - 1, 8, head=False) + heads  # teacher-forced
+        if not base_cached:  # the base's greedy continuations and its own choices
+            work += (pass_work(L, n, seq, n, head=False) + heads).times(2)
+        what += " and generation"
+    if base_cached:
+        what += " (the base model's side cached)"
+    return Part(what, work)
 
 
 def scoring(cfg: RunConfig, facts, done: set | None = None) -> Forecast:
@@ -321,6 +346,7 @@ def record(forecast: Forecast) -> dict:
         if forecast.later:
             out["at_most_s"] = round(forecast.most_seconds(), 1)
         out["threads"] = forecast.rates.threads
+        out["ranking_factor"] = round(forecast.rates.ranking, 3)
     return out
 
 

@@ -22,7 +22,7 @@ from swapprune.config import RunConfig
 from swapprune.engine import sharding
 from swapprune.engine.scores import ScoreResult
 from swapprune.errors import SwappruneError
-from swapprune.evaluation.cost import pruning_cost
+from swapprune.evaluation.cost import base_side_cached, pruning_cost
 from swapprune.model.facts import ModelFacts
 from swapprune.model.load import load_model
 from swapprune.output import placement
@@ -324,6 +324,14 @@ def cheaper_cut(config: RunConfig, plan) -> NextCut | None:
     if config.prune is not None and config.prune.patch == "none":
         return NextCut(1, None, "linear")
     return None
+
+
+def cost_base_cached(config: RunConfig, loaded: Loaded) -> bool:
+    """Whether the cost check will read the base model's side from the cache."""
+    c = config.cost
+    if c is None or loaded.tokenizer is None:
+        return False
+    return base_side_cached(loaded.model, loaded.tokenizer, c.windows or None, c.generative)
 
 
 def measure_cost(config: RunConfig, loaded: Loaded, plan, patches=None):
