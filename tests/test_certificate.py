@@ -15,7 +15,13 @@ from swapprune.config import SelectConfig
 from swapprune.errors import SwappruneError
 from swapprune.select import criteria
 from swapprune.select.adaptive import AdaptiveSettings, tranches
-from swapprune.select.certificate import certify, plausible_sets, spending_quantile, split_windows
+from swapprune.select.certificate import (
+    Certificate,
+    certify,
+    plausible_sets,
+    spending_quantile,
+    split_windows,
+)
 from swapprune.select.constraints import Constraints
 from swapprune.select.strategies import get_strategy
 
@@ -1010,3 +1016,5 @@ def test_the_screen_leaves_the_certificate_as_the_full_measurement_gives_it():
         rows = {tuple(r["set"]): r for r in full.sets}
         assert got.sets == [rows[tuple(r["set"])] for r in got.sets]
         assert "3 more screened out on 2 windows" in got.summary()
+        assert "3 more cuts were screened out on 2 of the choosing windows" in got.paragraph()
+        assert Certificate.from_dict(got.to_dict()) == got  # the record keeps them

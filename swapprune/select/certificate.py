@@ -306,7 +306,8 @@ class Certificate:
             k = len(self.screened)
             text += (
                 f" {k} more cut{'s were' if k != 1 else ' was'} screened out on "
-                f"{self.screen_windows} of those windows, too far above the cheapest to matter."
+                f"{self.screen_windows} of the choosing windows, too far above the cheapest "
+                "to matter."
             )
         if self.switched:
             on = (
