@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import io
 import os
 from pathlib import Path
 
 import numpy as np
 
 from swapprune.gguf.convert import cache_root
-from swapprune.output.artifacts import write_bytes_atomic
+from swapprune.output.artifacts import read_keyed_npz, write_keyed_npz
 
 FORMAT = 1
 
@@ -54,23 +53,21 @@ def cache_dir() -> Path:
 
 
 def _read(path: Path, key: str) -> list[int] | None:
+    arrays = read_keyed_npz(path, key)
+    if arrays is None:
+        return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) != key:
-                return None
-            ids = z["ids"]
-            if ids.ndim != 1 or int(z["n"]) != ids.shape[0]:
-                return None
-            return ids.tolist()
-    except Exception:  # missing, truncated or foreign: recomputed below
+        ids = arrays["ids"]
+        if ids.ndim != 1 or int(arrays["n"]) != ids.shape[0]:
+            return None
+        return ids.tolist()
+    except Exception:  # foreign contents: recomputed
         return None
 
 
 def _write(path: Path, key: str, ids: list[int]) -> None:
-    buf = io.BytesIO()
     arr = np.asarray(ids, dtype=np.int64)
-    np.savez(buf, key=np.array(key), n=np.array(arr.shape[0]), ids=arr)
-    write_bytes_atomic(path, buf.getvalue())
+    write_keyed_npz(path, key, {"n": np.array(arr.shape[0]), "ids": arr})
 
 
 def encode(tokenizer, text: str, add_special_tokens: bool) -> list[int]:

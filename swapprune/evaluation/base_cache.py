@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import io
 import json
 import os
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from swapprune.gguf.convert import cache_root
-from swapprune.output.artifacts import write_bytes_atomic
+from swapprune.output.artifacts import read_keyed_npz, write_keyed_npz
 
 FORMAT = 1
 #: Elements of each tensor that enter the state digest, spread evenly over it.
@@ -112,13 +111,7 @@ def _path(what: str, k: str) -> Path:
 def has(model, what: str, setting: dict[str, Any]) -> bool:
     """Whether the cache holds a readable entry of ``what`` for ``model`` and ``setting``."""
     k = key(model, what, setting) if enabled() else None
-    if k is None:
-        return False
-    try:
-        with np.load(_path(what, k), allow_pickle=False) as z:
-            return str(z["key"]) == k
-    except Exception:  # missing, truncated or foreign
-        return False
+    return k is not None and read_keyed_npz(_path(what, k), k) is not None
 
 
 def base_side(
@@ -138,19 +131,13 @@ def base_side(
     if k is None:
         return compute(), False
     path = _path(what, k)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) == k:
-                return load({n: z[n] for n in z.files if n != "key"}), True
-    except Exception:  # missing, truncated or foreign: computed below
-        pass
+    stored = read_keyed_npz(path, k)  # missing, truncated or foreign: None, computed below
+    if stored is not None:
+        return load(stored), True
     value = compute()
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = {"key": np.array(k), **dump(value)}
-    np.savez(buf, **arrays)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, buf.getvalue())
+        write_keyed_npz(path, k, dump(value))
     except OSError:  # a cache that cannot be written is no cache, not an error
         pass
     return value, False

@@ -280,6 +280,30 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     _write_atomic(path, data)
 
 
+def read_keyed_npz(path: str | os.PathLike, key: str) -> dict | None:
+    """The arrays of an ``.npz`` cache entry that :func:`write_keyed_npz` wrote under ``key``;
+    ``None`` when it is missing, unreadable or stored under another key."""
+    import numpy as np  # imports numpy
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != key:
+                return None
+            return {n: z[n] for n in z.files if n != "key"}
+    except Exception:  # missing, truncated or foreign
+        return None
+
+
+def write_keyed_npz(path: str | os.PathLike, key: str, arrays: dict) -> None:
+    """Write ``arrays`` and ``key`` to ``path`` as one ``.npz``, atomically (an ``OSError``
+    reaches the caller)."""
+    import numpy as np  # imports numpy
+
+    buf = io.BytesIO()
+    np.savez(buf, key=np.array(key), **arrays)
+    write_bytes_atomic(path, buf.getvalue())
+
+
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     """Render the matplotlib figure ``fig`` as PNG and write it to ``path`` atomically."""
     buffer = io.BytesIO()
