@@ -70,6 +70,21 @@ def test_above_the_threshold_warns_with_the_next_step(tok):
     assert "--protocol auto" not in w and "--budget 1" in w and "--patch linear" in w
 
 
+def test_a_patched_cut_is_not_told_to_patch():
+    from swapprune.evaluation.cost import next_step
+
+    assert next_step(8, "interchange") == (
+        "a smaller budget (--budget 4), --protocol auto (the cheapest cut it can verify), or "
+        "--patch linear (a map fitted over each removed span)"
+    )
+    w = next_step(8, "interchange", "linear")
+    assert "--patch linear" not in w and "--patch-aware" in w
+    assert next_step(8, "auto", "aware") == "a smaller budget (--budget 4)"
+    assert next_step(8, "auto", "linear").endswith(
+        "or --patch-aware (sets compared after their own patch)"
+    )
+
+
 def test_bad_calls(tok):
     model = tiny_model("llama")
     with pytest.raises(SwappruneError, match="one of them"):

@@ -143,14 +143,27 @@ class Cost:
         }
 
 
-def next_step(budget: int | None, protocol: str | None = None) -> str:
+def next_step(budget: int | None, protocol: str | None = None, patch: str = "none") -> str:
+    """What to try after a cut above the warning: a smaller budget, ``auto``, the patch.
+
+    ``patch``: ``none`` (suggest ``--patch linear``), ``linear`` (the cut is patched:
+    suggest ``--patch-aware``, which picks the set for the patched model) or ``aware``
+    (already chosen so: the patch is not suggested again).
+    """
     smaller = (
         f"a smaller budget (--budget {budget // 2})"
         if budget and budget > 1
         else "a smaller budget"
     )
-    auto = "" if protocol == "auto" else "--protocol auto (the cheapest cut it can verify), "
-    return f"{smaller}, {auto}or --patch linear (a map fitted over each removed span)"
+    auto = "" if protocol == "auto" else "--protocol auto (the cheapest cut it can verify)"
+    more = {
+        "none": "--patch linear (a map fitted over each removed span)",
+        "linear": "--patch-aware (sets compared after their own patch)",
+    }.get(patch)
+    tail = [t for t in (auto, more) if t]
+    if not tail:
+        return smaller
+    return f"{smaller}, " + (f"{tail[0]}, or {tail[1]}" if len(tail) == 2 else f"or {tail[0]}")
 
 
 def pruning_cost(
@@ -269,10 +282,14 @@ def pruning_cost(
     if dppl > threshold:
         budget = getattr(plan, "budget", None) if plan is not None else None
         protocol = getattr(plan, "protocol", None) if plan is not None else None
+        patch = "none" if getattr(plan, "patch", None) is None else "linear"
+        cert = getattr(getattr(plan, "records", None), "certificate", None)
+        if patch == "linear" and (getattr(cert, "extra", None) or {}).get("patched"):
+            patch = "aware"
         cost.warning = (
             f"warning: this cut raises perplexity by {dppl:+.0%} "
             f"[{cost.ci[0]:+.0%}, {cost.ci[1]:+.0%}], above {threshold:+.0%}; "
-            f"try {next_step(budget, protocol)}"
+            f"try {next_step(budget, protocol, patch)}"
         )
     return cost
 
