@@ -60,6 +60,12 @@ class SelectConfig:
     patch_ridge: float = opt(
         1e-3, "patch: ridge towards the identity, relative to the mean diagonal of B'B"
     )
+    patch_aware: bool = opt(
+        False,
+        "patch: compare candidate sets after their own patch (fitted on the patch windows) in "
+        "the certificate and auto's held-out search, so the cut is the cheapest patched set "
+        "found, not the cheapest unpatched one; needs --patch linear",
+    )
     certify: bool = opt(
         True,
         "certify the cut: its regret against the plausible alternatives, measured on "
@@ -151,6 +157,16 @@ class SelectConfig:
             positive("patch_tokens", self.patch_tokens, 2)
             if not self.patch_ridge > 0:
                 raise SwappruneError(f"patch_ridge must be > 0, got {self.patch_ridge}")
+        if self.patch_aware:
+            if self.patch == "none":
+                raise SwappruneError(
+                    "--patch-aware compares sets after their linear patch: add --patch linear"
+                )
+            if not (self.certify or self.protocol == "auto"):
+                raise SwappruneError(
+                    "--patch-aware changes what the certificate and auto's search compare; "
+                    "with --no-certify and a fixed protocol there is nothing to compare"
+                )
         positive("heldout_prompts", self.heldout_prompts, 4)  # half choose, half measure
         positive("heldout_tokens", self.heldout_tokens, 2)
         if not 0 < self.stability_threshold <= 1:

@@ -232,14 +232,35 @@ def fit_patches(
         solve's seconds and the windows.
     """
     check_patchable(model, removed, int(input_ids.numel()))
-    spec, scale = fold_site(model)
-    assert spec.mlp_out is not None
     runner = PlanRunner(model)
-    blocks = runner.stack.blocks
     caches = [
         runner.capture(input_ids[s : s + batch_size])
         for s in range(0, input_ids.shape[0], batch_size)
     ]
+    patches, solve_s = fit_on(runner, caches, removed, ridge, int(input_ids.numel()))
+    stats = runner.stats
+    return patches, {
+        "block_evals": stats.block_evals,
+        "block_tokens": stats.block_tokens,
+        "solve_s": solve_s,
+        "windows": list(input_ids.shape),
+        "layers": decoder_stack(model).num_layers,
+    }
+
+
+@torch.no_grad()
+def fit_on(
+    runner: PlanRunner, caches: list, removed: list[int], ridge: float, tokens: int
+) -> tuple[list[Patch], float]:
+    """:func:`fit_patches` on base states already captured (``caches`` of ``runner``).
+
+    Returns the patches and the seconds the solves took. ``tokens``: the patch windows'
+    token count, recorded in each fit. The same caches serve any number of removal sets
+    (patch-aware selection fits one patch per candidate set).
+    """
+    spec, scale = fold_site(runner.model)
+    assert spec.mlp_out is not None
+    blocks = runner.stack.blocks
     gone = set(removed)
     diagonal = spec.mlp_out_kind not in FULL
     patches: list[Patch] = []
@@ -283,19 +304,34 @@ def fit_patches(
                 fit={
                     "unexplained_before": 1.0,
                     "unexplained_after": max(0.0, after) / before if before > 0 else 0.0,
-                    "tokens": int(input_ids.numel()),
+                    "tokens": tokens,
                     "ridge": ridge,
                 },
             )
         )
-    stats = runner.stats
-    return patches, {
-        "block_evals": stats.block_evals,
-        "block_tokens": stats.block_tokens,
-        "solve_s": solve_s,
-        "windows": list(input_ids.shape),
-        "layers": decoder_stack(model).num_layers,
+    return patches, solve_s
+
+
+@torch.no_grad()
+def patched_final(
+    runner: PlanRunner, cache, removed: list[int], patches: list[Patch]
+) -> torch.Tensor:
+    """The final state ``[B, T, H]`` (before the final norm) of the model without
+    ``removed`` and with ``patches`` applied (unfolded), on one captured batch.
+
+    The blocks before the first patched one are the base model's: the walk starts from
+    the cached state there. With no patches it is the plain removal.
+    """
+    if not patches:
+        return runner.final_hidden([b for b in range(runner.num_layers) if b not in removed], cache)
+    gone = set(removed)
+    start = min(q.block for q in patches)
+    plan = [b for b in range(start, runner.num_layers) if b not in gone]
+    blocks = runner.stack.blocks
+    edits: dict[int, tuple[Any, Callable[[torch.Tensor], torch.Tensor | None]]] = {
+        q.block: (get_submodule(blocks[q.block], q.module), _patched(q)) for q in patches
     }
+    return runner.run_edited(plan, cache.hidden[start], cache, edits)
 
 
 FILE = "patch.safetensors"

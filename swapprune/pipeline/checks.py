@@ -379,7 +379,7 @@ def check_text(config: RunConfig, checked: Checked) -> TextWindows | None:
     if selecting:
         assert p is not None
         tokens = heldout_tokens(p, ctx)
-        heldout = windows.heldout(config, spec, tokenizer, tokens, calibration)
+        heldout = windows.heldout(config, spec, tokenizer, tokens, calibration, ctx)
     return TextWindows(calibration, heldout, ctx)
 
 

@@ -41,7 +41,12 @@ from swapprune.evaluation.perplexity import TEST_TEXT, first_words, sliding_wind
 from swapprune.pipeline.checks import check_model, heldout_tokens
 from swapprune.select.auto import default_cap
 from swapprune.select.criteria import SWAP
-from swapprune.select.reference import CARRIED_TYPICAL, NEIGHBOURS, SCREEN_WINDOWS
+from swapprune.select.reference import (
+    CARRIED_TYPICAL,
+    NEIGHBOURS,
+    SCREEN_WINDOWS,
+    patch_screen_windows,
+)
 
 if TYPE_CHECKING:
     from swapprune.config import RunConfig
@@ -218,13 +223,38 @@ def selection(
         ctx = facts.context_length
         tp = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
         fit = pass_work(L, p.patch_prompts, tp, bs, head=False)
-        parts.append(Part("patch fit", fit + pass_work(L - n, p.patch_prompts, tp, bs, head=False)))
-        what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
+        one_fit = pass_work(L - n, p.patch_prompts, tp, bs, head=False)
+        if p.patch_aware:
+            _patch_aware(parts, later, facts, spec, p.patch_prompts, tp, bs, fit, one_fit)
+            what += f"; every set compared after its own linear patch ({p.patch_prompts} x {tp})"
+        else:
+            parts.append(Part("patch fit", fit + one_fit))
+            what += f"; a linear patch fitted on {p.patch_prompts} windows x {tp} tokens"
     if cfg.cost is not None:
         part = cost_check_part(cfg, facts, n, base_cached=base_cached)
         parts.append(part)
         what += f"; then the {part.what}"
     return Forecast(what, parts, later, notes, windows=f"{c.prompts} x {c.tokens} windows")
+
+
+def _patch_aware(parts, later, facts, spec, windows: int, tokens: int, bs: int, capture, one_fit):
+    """The fits of patch-aware selection: each screened set on the first few patch windows,
+    each finalist on all of them (the cut's own patch is the certificate's fit, reused),
+    and ``auto``'s beam on the few."""
+    L, n = facts.num_layers, spec.budget
+    hidden = int(getattr(facts, "hidden_size", 0) or 0)
+    k = patch_screen_windows(windows, tokens, hidden, True) if hidden else windows
+    small = pass_work(L - n, k, tokens, bs, head=False)
+    finalists = 2 + CARRIED_TYPICAL - 1  # the chosen set and the carried ones; not the base
+    parts.append(Part("patch fits of the finalists", capture + one_fit.times(finalists)))
+    screened = 2 * n + spec.certify_sets + 2
+    head = pass_work(L, k, tokens, bs, head=False)
+    parts.append(
+        Part(f"patch fits on {k} windows for the screen", head + small.times(screened), True)
+    )
+    if spec.policy == "auto":
+        cap = min(default_cap(n, spec.constraints), spec.max_oracle_calls)
+        later.append(Part(f"the beam's patch fits ({cap})", small.times(cap), True))
 
 
 def cost_check_part(

@@ -131,7 +131,8 @@ def heldout(config: RunConfig, loaded: Loaded, calibration):
     if p is None:
         return None
     tokens = checks.heldout_tokens(p, loaded.facts.context_length)
-    return windows.heldout(config, loaded.selection, loaded.tokenizer, tokens, calibration)
+    ctx = loaded.facts.context_length
+    return windows.heldout(config, loaded.selection, loaded.tokenizer, tokens, calibration, ctx)
 
 
 def score(config: RunConfig, loaded: Loaded, calibration, progress: bool = True):
@@ -273,23 +274,28 @@ def patch(config: RunConfig, loaded: Loaded, plan, calibration, heldout=None):
         from swapprune.edit.patch import load_patches  # imports torch
 
         return load_patches(plan, Path(p.plan).parent)
-    from swapprune.calibration.heldout import heldout_windows  # imports torch
     from swapprune.edit.patch import fit_patches, patch_record  # imports torch
 
-    if loaded.tokenizer is None:
-        raise SwappruneError("a linear patch needs calibration text: pass a tokenizer")
-    ctx = loaded.facts.context_length
-    tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
-    avoid = [w for w in (calibration, *(heldout.windows() if heldout else ())) if w is not None]
     c = config.calibration
-    fix = "lower --patch-prompts or --patch-tokens, or give a longer --calib"
-    windows = heldout_windows(
-        loaded.tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid, fix
-    )
+    if heldout is not None and heldout.patch is not None:  # patch-aware: the same windows
+        cut = heldout.patch.windows
+        known = heldout.fitted(plan.removed)
+        if known is not None:  # the certificate fitted this set on every patch window
+            reused = {"block_evals": 0, "block_tokens": 0, "reused": "the certificate's fit"}
+            plan.patch = patch_record(known, p.patch_ridge, cut.describe(), reused)
+            return known
+    else:
+        if loaded.tokenizer is None:
+            raise SwappruneError("a linear patch needs calibration text: pass a tokenizer")
+        ctx = loaded.facts.context_length
+        tokens = p.patch_tokens if ctx is None else min(p.patch_tokens, ctx)
+        held = heldout.windows() if heldout else ()
+        avoid = [w for w in (calibration, *held) if w is not None]
+        cut = windows.patch_windows(config, loaded.tokenizer, tokens, avoid)
     patches, compute = fit_patches(
-        loaded.model, plan.removed, windows.input_ids, c.batch_size, p.patch_ridge
+        loaded.model, plan.removed, cut.input_ids, c.batch_size, p.patch_ridge
     )
-    plan.patch = patch_record(patches, p.patch_ridge, windows.describe(), compute)
+    plan.patch = patch_record(patches, p.patch_ridge, cut.describe(), compute)
     return patches
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from swapprune.config import RunConfig
-from swapprune.select.reference import Heldout
+from swapprune.select.reference import Heldout, PatchAware
 
 
 def calibration(config: RunConfig, tokenizer, context: int | None):
@@ -24,7 +24,9 @@ def calibration(config: RunConfig, tokenizer, context: int | None):
     return load_calibration(tokenizer, c.calib, c.prompts, c.tokens, c.seed, context)
 
 
-def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
+def heldout(
+    config: RunConfig, spec: Any, tokenizer, tokens: int, calibration, context: int | None = None
+):
     """Held-out windows of the selection (:class:`~swapprune.select.reference.Heldout`), or ``None``.
 
     Built when the cut is certified or ``auto`` may verify, and a tokenizer can cut
@@ -37,6 +39,7 @@ def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
         tokenizer: the model's tokenizer.
         tokens: tokens per held-out window (:func:`swapprune.pipeline.checks.heldout_tokens`).
         calibration: the scoring windows to stay clear of (``None``: none).
+        context: the model's context length (caps the patch windows of ``--patch-aware``).
     """
     p = config.prune
     if spec is None or p is None or tokenizer is None:
@@ -60,4 +63,28 @@ def heldout(config: RunConfig, spec: Any, tokenizer, tokens: int, calibration):
     same = source == c.calib or (source is None and c.calib is None)
     text = certify.source
     scope = f"the calibration text ({text})" if same else f"{text}, not the calibration text"
-    return Heldout(certify, verify, scope=scope)
+    aware = None
+    if p.patch_aware:
+        held = [w for w in (certify, verify) if w is not None]
+        tp = p.patch_tokens if context is None else min(p.patch_tokens, context)
+        windows = patch_windows(config, tokenizer, tp, [*avoid, *held])
+        aware = PatchAware(windows, p.patch_ridge)
+        scope += (
+            f", each set after its own linear patch ({windows.input_ids.shape[0]} patch windows)"
+        )
+    return Heldout(certify, verify, scope=scope, patch=aware)
+
+
+def patch_windows(config: RunConfig, tokenizer, tokens: int, avoid: list):
+    """The windows a linear patch is fitted on: ``patch_prompts`` x ``tokens`` of the
+    calibration source, touching none of ``avoid`` (the scoring and held-out windows).
+
+    The cut's own patch (:func:`swapprune.pipeline.stages.patch`) and patch-aware
+    selection (:func:`heldout`) fit on these same windows.
+    """
+    from swapprune.calibration.heldout import heldout_windows  # imports torch
+
+    p, c = config.prune, config.calibration
+    assert p is not None
+    fix = "lower --patch-prompts or --patch-tokens, or give a longer --calib"
+    return heldout_windows(tokenizer, c.calib, p.patch_prompts, tokens, c.seed + 2, avoid, fix)

@@ -239,6 +239,8 @@ def _certified(model, spec, plan, stab, selections, verified, heldout, quantile,
     )  # fmt: skip
     cert.extra["compute"] = heldout.compute("certify")
     cert.extra["reference_compute"] = heldout.compute("reference")
+    if heldout.patch is not None:  # every set was measured after its own patch
+        cert.extra["patched"] = heldout.patch_record()
     if cert.switched:
         plan = PrunePlan.from_removal(
             plan.num_layers,

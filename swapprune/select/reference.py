@@ -56,9 +56,34 @@ NEIGHBOURS = 2
 #: A screened set is carried to every held-out window when its screened NLL is within this
 #: many nats per token of the best screened set (a perplexity within about 10.5%).
 CARRY_NATS = 0.1
+#: Patch tokens per hidden dimension in a screening fit of patch-aware selection (a full
+#: map has ``H`` unknowns per output channel; twice as many equations, with the ridge).
+PATCH_SCREEN_TOKENS_PER_DIM = 2
 #: Sets besides the chosen one the screen carries in a typical run, for the estimate printed
 #: before it (SmolLM2-135M at budget 8: 2 in the demo, 3 at the defaults).
 CARRIED_TYPICAL = 3
+
+
+def patch_screen_windows(num_windows: int, tokens: int, hidden: int, full_map: bool) -> int:
+    """Patch windows a screening fit uses: enough for ``2 H`` tokens (one window for a
+    channel-wise map), at most all of them. Pure."""
+    if not full_map:
+        return 1
+    need = -(-PATCH_SCREEN_TOKENS_PER_DIM * hidden // max(1, tokens))
+    return max(1, min(num_windows, need))
+
+
+@dataclass(frozen=True)
+class PatchAware:
+    """Patch-aware selection: every set is measured after its own linear patch.
+
+    Attributes:
+        windows: the patch windows (those the cut's own patch is fitted on).
+        ridge: the patch's ridge.
+    """
+
+    windows: Any
+    ridge: float
 
 
 @dataclass
@@ -68,11 +93,17 @@ class Heldout:
     Attributes:
         certify: windows the certificate is measured on.
         verify: windows ``auto``'s beam searches on (disjoint from ``certify``), or ``None``.
+        patch: when set, every set is measured after its own linear patch
+            (:class:`~swapprune.edit.patched_costs.PatchedOracle`): fitted on every patch
+            window for the certificate's finalists, on the first few for the screen and
+            ``auto``'s beam, which compare many sets.
     """
 
     certify: Any
     verify: Any = None
     scope: str = ""
+    patch: PatchAware | None = None
+    _fitter: Any = field(default=None, repr=False)
     _oracles: dict = field(default_factory=dict, repr=False)
     _spent: dict = field(default_factory=dict, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
@@ -90,8 +121,43 @@ class Heldout:
                 ids = self.certify.input_ids[:SCREEN_WINDOWS]
             else:
                 ids = (self.certify if which == "certify" else self.verify).input_ids
-            self._oracles[which] = CalibrationOracle(model, ids, batch_size, "ppl")
+            if self.patch is None:
+                self._oracles[which] = CalibrationOracle(model, ids, batch_size, "ppl")
+            else:
+                self._oracles[which] = self._patched(model, which, ids, batch_size)
         return self._oracles[which]
+
+    def _patched(self, model, which: str, ids, batch_size: int):
+        from swapprune.edit.patched_costs import PatchedOracle, PatchFitter  # imports torch
+
+        assert self.patch is not None
+        if self._fitter is None:
+            ids_p = self.patch.windows.input_ids
+            self._fitter = PatchFitter(model, ids_p, batch_size, self.patch.ridge)
+        fit = None if which == "certify" else self._screen_fit()
+        return PatchedOracle(model, ids, batch_size, self._fitter, fit)
+
+    def _screen_fit(self) -> int:
+        f = self._fitter
+        n, t = f.patch_ids.shape
+        return patch_screen_windows(int(n), int(t), f.hidden, f.full_map)
+
+    def fitted(self, removed: Sequence[int]) -> list | None:
+        """The patches of ``removed`` fitted on every patch window during selection, or ``None``."""
+        return self._fitter.fitted(removed) if self._fitter is not None else None
+
+    def patch_record(self) -> dict | None:
+        """What the patch-aware comparison fitted, for the certificate's record."""
+        if self.patch is None:
+            return None
+        f = self._fitter
+        return {
+            "patch_windows": list(self.patch.windows.input_ids.shape),
+            "ridge": self.patch.ridge,
+            "screen_fit_windows": self._screen_fit() if f is not None else None,
+            "fits": f.fits if f is not None else 0,
+            "fit_compute": f.compute() if f is not None else None,
+        }
 
     def screen(self, model, sets: Sequence[Removal], batch_size: int) -> list[np.ndarray]:
         """Summed NLL per screening window of each set, for ranking only: a float32 model
@@ -336,7 +402,9 @@ def reference_certificate(
         sources.setdefault(tuple(sorted(s)), "criterion")
     for s, src in independents.items():
         s = tuple(sorted(s))
-        if s not in sources and ok(s) and len(s) == len(s0):
+        # (a patched comparison cannot measure a set that removes block 0)
+        foldable = heldout.patch is None or (s and s[0] > 0)
+        if s not in sources and ok(s) and len(s) == len(s0) and foldable:
             sources[s] = src
     oracle = heldout.oracle(model, "certify", spec.batch_size)
     bs = spec.batch_size
@@ -414,6 +482,8 @@ def certified_plan(
     )  # fmt: skip
     cert.extra["compute"] = heldout.compute("certify")
     cert.extra["reference_compute"] = heldout.compute("reference")
+    if heldout.patch is not None:  # every set was measured after its own patch
+        cert.extra["patched"] = heldout.patch_record()
     out = plan
     if cert.switched:
         out = PrunePlan.from_removal(
